@@ -1,0 +1,115 @@
+"""Exception → problem+json mapping, installed on the app by the factory."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from service.api import problems as p
+from service.domain import errors as domain_errors
+from service.observability import LOGGER_NAME, request_id_var
+
+logger = logging.getLogger(LOGGER_NAME + ".errors")
+RETRY_AFTER_SECONDS = "5"
+
+
+def _respond(request: Request, kind: p.ProblemKind, detail: str, **extensions: Any) -> Response:
+    return p.problem_response(
+        kind, detail, instance=request.url.path, request_id=request_id_var.get(), **extensions
+    )
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(part) for part in loc]
+    if parts and parts[0] in {"body", "query", "path", "header"}:
+        where, rest = parts[0], parts[1:]
+        return f"{where}." + ".".join(rest) if rest else where
+    return ".".join(parts)
+
+
+async def _validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for error in exc.errors():
+        message = str(error.get("msg", "invalid value"))
+        # pydantic prefixes messages of custom validators with "Value error, ".
+        message = message.removeprefix("Value error, ")
+        errors.append({"field": _field_path(error.get("loc", ())), "message": message, "code": error.get("type")})
+    first = errors[0] if errors else {"field": "body", "message": "invalid"}
+    detail = f"{first['field']}: {first['message']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more in `errors`)"
+    return _respond(request, p.VALIDATION_ERROR, detail, errors=errors)
+
+
+_DOMAIN_KINDS: list[tuple[type[domain_errors.DomainError], p.ProblemKind]] = [
+    (domain_errors.ImplausibleResult, p.IMPLAUSIBLE_RESULT),
+    (domain_errors.UnsupportedPrecision, p.UNSUPPORTED_PRECISION),
+    (domain_errors.InvalidInput, p.INVALID_INPUT),
+    (domain_errors.NotFound, p.UNKNOWN_REFERENCE),
+]
+
+
+def domain_problem(exc: domain_errors.DomainError) -> tuple[p.ProblemKind, dict[str, Any]]:
+    """The problem kind and extension members for a domain error (also used by batch items)."""
+    kind = next((kind for cls, kind in _DOMAIN_KINDS if isinstance(exc, cls)), p.INVALID_INPUT)
+    extensions: dict[str, Any] = {}
+    if exc.field:
+        extensions["errors"] = [{"field": exc.field, "message": exc.message, "code": exc.code}]
+    if isinstance(exc, domain_errors.NotFound) and exc.close_matches:
+        extensions["close_matches"] = list(exc.close_matches)
+    return kind, extensions
+
+
+async def _domain(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, domain_errors.DomainError)
+    kind, extensions = domain_problem(exc)
+    return _respond(request, kind, exc.message, **extensions)
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, p.ProblemError)
+    response = _respond(request, exc.kind, exc.detail, **exc.extensions)
+    response.headers.update(exc.headers)
+    return response
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = p.KIND_BY_STATUS.get(exc.status_code)
+    if kind is None:
+        kind = p.ProblemKind(f"http-{exc.status_code}", exc.status_code, str(exc.detail), str(exc.detail))
+    detail = str(exc.detail) if exc.detail and exc.detail != kind.title else kind.description
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        detail = f"No operation at {request.url.path}; see /docs for the paths this service answers."
+    if exc.status_code == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}."
+    response = _respond(request, kind, detail)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _database(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DBAPIError)
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        logger.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
+        response = _respond(request, p.DATABASE_UNAVAILABLE, p.DATABASE_UNAVAILABLE.description)
+        response.headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return response
+    logger.exception("database error")
+    return _respond(request, p.INTERNAL_ERROR, "The server failed to answer this request.")
+
+
+def install_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(domain_errors.DomainError, _domain)
+    app.add_exception_handler(p.ProblemError, _problem)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(DBAPIError, _database)

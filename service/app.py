@@ -1,0 +1,104 @@
+"""The app factory: settings in, a FastAPI app out. No work at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
+from sqlalchemy import Engine
+
+from service import __version__
+from service.api.docs import install_docs
+from service.api.handlers import install_handlers
+from service.api.middleware import RequestContextMiddleware
+from service.api.openapi import build_openapi
+from service.api.ops import router as ops_router
+from service.api.routers import ROUTERS, TAGS
+from service.observability import LOGGER_NAME
+from service.settings import Settings, load_settings
+from service.store import migrate
+from service.store.engine import build_engine
+
+logger = logging.getLogger(LOGGER_NAME)
+
+DESCRIPTION = """\
+How efficient is a training run, what should it reach, and how should it be configured?
+
+* **Estimates** (no key needed): FLOPs per token, MFU/HFU from a measured throughput, training time
+  and cost, memory per device, predicted step time with the gap to peak broken down, parallel-layout
+  plans, learning-rate schedules and advice, critical batch size, compute-optimal sizing.
+* **Runs** (API key): record runs and their measured throughput, compare runs, fleet MFU statistics.
+
+Conventions: FLOPs multiply-adds count 2; peaks are dense (no 2:4 sparsity); MFU excludes
+recomputation, HFU includes it; batch sizes are in tokens unless a field says sequences; loss in nats
+per token. Errors are RFC 9457 `application/problem+json` with a stable `type`
+(see `/problems/{slug}`). Unknown fields in a body are rejected (422), so a misspelt field never
+silently changes an answer.
+"""
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_engine = engine is None
+        app.state.engine = engine or build_engine(
+            settings.effective_database_url,
+            pool_size=settings.db_pool_size,
+            busy_timeout_ms=settings.db_busy_timeout_ms,
+        )
+        if settings.check_schema_on_start:
+            # Refuse to serve on an out-of-date schema (a deploy runs `teff db upgrade` first).
+            migrate.ensure_schema_current(app.state.engine)
+        try:
+            yield
+        finally:
+            if own_engine:
+                app.state.engine.dispose()
+
+    app = FastAPI(
+        title="Training-efficiency service",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=_operation_id,
+        openapi_tags=TAGS,
+    )
+    app.state.settings = settings
+    if engine is not None:
+        app.state.engine = engine
+    install_handlers(app)
+    app.include_router(ops_router)
+    for router in ROUTERS:
+        app.include_router(router, prefix="/v1")
+    install_docs(app)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Content-Type", "X-API-Key", "Authorization", "Idempotency-Key", "X-Request-ID"],
+        )
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """Entry for `uvicorn --factory service.app:app_from_environment` (used by `teff serve`)."""
+    from service.observability import configure_logging
+
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)

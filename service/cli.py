@@ -1,0 +1,194 @@
+"""`teff`: the one command-line entry point.
+
+    teff serve                      start the HTTP server (uvicorn) on TEFF_HOST:TEFF_PORT
+    teff db upgrade [REVISION]      run the migrations (a deploy step of its own)
+    teff db downgrade REVISION      roll back (e.g. `base`)
+    teff db current                 print the schema revision and whether it is current
+    teff openapi export [PATH]      write the OpenAPI contract (default: openapi.yaml)
+    teff keys create --tenant T --scopes read,write [--name N]
+    teff keys list [--tenant T]
+    teff keys revoke PREFIX
+
+Exit codes: 0 ok, 1 failure, 2 bad usage or settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from service.settings import Settings, SettingsError, load_settings
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"teff: {message}", file=sys.stderr)
+    return code
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    from service.store import migrate
+    from service.store.engine import build_engine
+
+    engine = build_engine(settings.effective_database_url, pool_size=1)
+    try:
+        migrate.ensure_schema_current(engine)
+    except migrate.SchemaBehind as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 — name the failure, not a traceback
+        return _fail(f"cannot reach the database: {type(exc).__name__}: {exc}")
+    finally:
+        engine.dispose()
+    base = f"http://{settings.host}:{settings.port}"
+    print(f"teff: serving on {base} — docs at {base}/docs (ReDoc at {base}/redoc)", file=sys.stderr, flush=True)
+    uvicorn.run(
+        "service.app:app_from_environment",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+    )
+    return 0
+
+
+def _db(settings: Settings, args: argparse.Namespace) -> int:
+    from service.store import migrate
+    from service.store.engine import build_engine
+
+    url = settings.effective_database_url
+    if args.db_command == "upgrade":
+        migrate.upgrade(url, args.revision)
+        print(f"teff: database at {', '.join(migrate.head_revisions())} (head)", file=sys.stderr)
+        return 0
+    if args.db_command == "downgrade":
+        migrate.downgrade(url, args.revision)
+        return 0
+    engine = build_engine(url, pool_size=1)
+    try:
+        current = migrate.current_revisions(engine)
+    finally:
+        engine.dispose()
+    heads = migrate.head_revisions()
+    state = "current" if current == heads else "behind"
+    print(f"{', '.join(current) or '(empty)'} ({state}; head {', '.join(heads)})")
+    return 0 if state == "current" else 1
+
+
+def export_openapi_text() -> str:
+    from service.app import create_app
+
+    app = create_app(load_settings(check_schema_on_start=False))
+    return yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True, width=100)
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    text = export_openapi_text()
+    if args.path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.path).write_text(text, encoding="utf-8")
+        print(f"teff: wrote {args.path}", file=sys.stderr)
+    return 0
+
+
+def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from service.store import keys
+    from service.store.engine import build_engine
+    from service.store.uow import UnitOfWork
+
+    engine = build_engine(settings.effective_database_url, pool_size=1)
+    try:
+        if args.keys_command == "create":
+            try:
+                scopes = keys.parse_scopes(args.scopes)
+            except ValueError as exc:
+                return _fail(str(exc), 2)
+            with UnitOfWork(engine, write=True) as uow:
+                key = keys.create_key(uow.connection, tenant=args.tenant, scopes=scopes, name=args.name)
+                uow.commit()
+            print(key)
+            print(
+                f"teff: key for tenant {args.tenant!r} with scopes {','.join(sorted(scopes))}; "
+                "it is shown only now, store it safely",
+                file=sys.stderr,
+            )
+            return 0
+        if args.keys_command == "list":
+            with UnitOfWork(engine, write=False) as uow:
+                records = keys.list_keys(uow.connection, tenant=args.tenant)
+            print(f"{'prefix':<14} {'tenant':<20} {'scopes':<18} {'created':<26} {'revoked':<26} name")
+            for record in records:
+                print(
+                    f"{record.prefix:<14} {record.tenant:<20} {','.join(sorted(record.scopes)):<18} "
+                    f"{record.created_at.isoformat(timespec='seconds'):<26} "
+                    f"{record.revoked_at.isoformat(timespec='seconds') if record.revoked_at else '-':<26} "
+                    f"{record.name}"
+                )
+            return 0
+        prefix = args.prefix
+        if prefix.startswith(keys.KEY_PREFIX + "_"):
+            prefix = prefix.split("_")[1]
+        with UnitOfWork(engine, write=True) as uow:
+            revoked = keys.revoke_key(uow.connection, prefix=prefix)
+            uow.commit()
+        if not revoked:
+            return _fail(f"no active key with prefix {prefix!r}")
+        print(f"teff: revoked {prefix}", file=sys.stderr)
+        return 0
+    finally:
+        engine.dispose()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="teff", description="Training-efficiency service")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="start the HTTP server")
+    db = commands.add_parser("db", help="database schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="migrate to the newest schema")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = db_commands.add_parser("downgrade", help="migrate down to REVISION")
+    downgrade.add_argument("revision")
+    db_commands.add_parser("current", help="print the schema revision; exit 1 when behind")
+    openapi = commands.add_parser("openapi", help="the OpenAPI contract")
+    openapi_commands = openapi.add_subparsers(dest="openapi_command", required=True)
+    export = openapi_commands.add_parser("export", help="write openapi.yaml")
+    export.add_argument("path", nargs="?", default="openapi.yaml")
+    keys_parser = commands.add_parser("keys", help="API keys")
+    keys_commands = keys_parser.add_subparsers(dest="keys_command", required=True)
+    create = keys_commands.add_parser("create", help="create a key (printed once)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
+    create.add_argument("--name", default="")
+    list_parser = keys_commands.add_parser("list", help="list keys (never the keys themselves)")
+    list_parser.add_argument("--tenant")
+    revoke = keys_commands.add_parser("revoke", help="revoke a key by its prefix")
+    revoke.add_argument("prefix")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "openapi":
+        return _openapi(args)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    if args.command == "serve":
+        return _serve(settings)
+    if args.command == "db":
+        return _db(settings, args)
+    return _keys(settings, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Engine set-up: one engine per URL, with the pragmas and pool each database needs.
+
+SQLite (the embedded default): WAL journal so readers never block the writer, foreign keys on, a busy
+timeout, and write transactions that take the write lock when they begin (``BEGIN IMMEDIATE``): a
+deferred transaction that reads first and writes later can fail with "database is locked" when
+another writer got there in between; an immediate one waits on the busy timeout instead.
+
+PostgreSQL (several replicas): psycopg 3 with a bounded pool and pre-ping, so a server that went away
+and came back is reconnected without a restart.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+# Execution option that marks a connection as a writer (see _sqlite_begin).
+WRITE_OPTION = "teff_write"
+
+
+def build_engine(url: str, *, pool_size: int = 10, busy_timeout_ms: int = 30_000) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, busy_timeout_ms=busy_timeout_ms)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        pool_timeout=10,
+        connect_args={"connect_timeout": 5},
+    )
+
+
+def _sqlite_engine(url: str, *, busy_timeout_ms: int) -> Engine:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+        pool_pre_ping=False,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's implicit BEGIN is deferred).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a committed transaction survives a process crash (SIGKILL);
+        # only an OS crash or power loss can roll back the last transactions.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(connection: Any) -> None:
+        mode = "IMMEDIATE" if connection.get_execution_options().get(WRITE_OPTION) else "DEFERRED"
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
