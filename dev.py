@@ -24,7 +24,7 @@ PYTHON = BIN / "python"
 
 
 def _ensure_environment(extras: str) -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 — this script may be run by an older python3
         sys.exit(f"dev.py: Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
     stamp = VENV / f".installed-{extras or 'runtime'}"

@@ -39,12 +39,14 @@ def _serve(settings: Settings) -> int:
         migrate.ensure_schema_current(engine)
     except migrate.SchemaBehind as exc:
         return _fail(str(exc))
-    except Exception as exc:  # noqa: BLE001 — name the failure, not a traceback
+    except Exception as exc:
         return _fail(f"cannot reach the database: {type(exc).__name__}: {exc}")
     finally:
         engine.dispose()
     base = f"http://{settings.host}:{settings.port}"
-    print(f"teff: serving on {base} — docs at {base}/docs (ReDoc at {base}/redoc)", file=sys.stderr, flush=True)
+    print(
+        f"teff: serving on {base} — docs at {base}/docs (ReDoc at {base}/redoc)", file=sys.stderr, flush=True
+    )
     uvicorn.run(
         "service.app:app_from_environment",
         factory=True,

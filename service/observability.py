@@ -14,9 +14,7 @@ request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 LOGGER_NAME = "teff"
 
-HTTP_REQUESTS = Counter(
-    "teff_http_requests_total", "HTTP requests answered", ["route", "method", "status"]
-)
+HTTP_REQUESTS = Counter("teff_http_requests_total", "HTTP requests answered", ["route", "method", "status"])
 HTTP_LATENCY = Histogram(
     "teff_http_request_duration_seconds",
     "Time from request start to the last body byte sent",
@@ -36,7 +34,11 @@ class JsonFormatter(logging.Formatter):
     """One JSON object a line: time (UTC, ISO 8601), level, logger, message, request_id, extras."""
 
     _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {
-        "message", "asctime", "request_id", "color_message", "taskName",
+        "message",
+        "asctime",
+        "request_id",
+        "color_message",
+        "taskName",
     }
 
     def format(self, record: logging.LogRecord) -> str:

@@ -55,7 +55,7 @@ def _postgres_available() -> bool:
                 connection.execute(text("SELECT 1"))
             engine.dispose()
             _postgres_reachable = True
-        except Exception:  # noqa: BLE001
+        except Exception:
             _postgres_reachable = False
     return _postgres_reachable
 

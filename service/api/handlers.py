@@ -40,7 +40,9 @@ async def _validation(request: Request, exc: Exception) -> Response:
         message = str(error.get("msg", "invalid value"))
         # pydantic prefixes messages of custom validators with "Value error, ".
         message = message.removeprefix("Value error, ")
-        errors.append({"field": _field_path(error.get("loc", ())), "message": message, "code": error.get("type")})
+        errors.append(
+            {"field": _field_path(error.get("loc", ())), "message": message, "code": error.get("type")}
+        )
     first = errors[0] if errors else {"field": "body", "message": "invalid"}
     detail = f"{first['field']}: {first['message']}"
     if len(errors) > 1:

@@ -65,6 +65,10 @@ class RequestContextMiddleware:
         request_id_header = (b"x-request-id", request_id.encode("ascii"))
 
         async def send_wrapper(message: Message) -> None:
+            if state.get("too_large"):
+                # The app caught our exception and answered (FastAPI turns body errors into 400);
+                # drop its answer: the 413 is sent once the app returns.
+                return
             if message["type"] == "http.response.start":
                 state["status"] = message["status"]
                 state["started"] = True
@@ -89,11 +93,15 @@ class RequestContextMiddleware:
                 if message["type"] == "http.request":
                     received += len(message.get("body", b""))
                     if received > self.max_body_bytes:
+                        state["too_large"] = True
                         raise _BodyTooLarge
                 return message
 
             await self.app(scope, receive_wrapper, send_wrapper)
+            if state.get("too_large"):
+                raise _BodyTooLarge
         except _BodyTooLarge:
+            state["too_large"] = False
             if not state["started"]:
                 await answer(lambda **kw: problem_response(PAYLOAD_TOO_LARGE, self._too_large(), **kw))
         except Exception:

@@ -80,7 +80,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     component_schemas.pop("HTTPValidationError", None)
     component_schemas.pop("ValidationError", None)
     for path, operations in schema.get("paths", {}).items():
-        for method, operation in operations.items():
+        for operation in operations.values():
             responses = operation.setdefault("responses", {})
             extra = operation.pop("x-problems", [])
             statuses = {"500", *extra}
@@ -94,7 +94,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 statuses.update({"401", "403", "503"})
             for status in sorted(statuses):
                 existing = responses.get(status)
-                if existing is None or "application/json" in existing.get("content", {}) and status != "200":
+                if existing is None or (
+                    "application/json" in existing.get("content", {}) and status != "200"
+                ):
                     responses[status] = _problem_response(status)
     app.openapi_schema = schema
     return schema

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from sqlalchemy import text
 from starlette.responses import JSONResponse, Response
 
@@ -33,7 +32,7 @@ def readyz(request: Request) -> JSONResponse:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         current = migrate.current_revisions(engine)
-    except Exception as exc:  # noqa: BLE001 — any failure to reach the database means "not ready"
+    except Exception as exc:
         return JSONResponse(
             {"status": "unavailable", "database": "unreachable", "error": type(exc).__name__},
             status_code=503,
@@ -42,7 +41,12 @@ def readyz(request: Request) -> JSONResponse:
     heads = migrate.head_revisions()
     if current != heads:
         return JSONResponse(
-            {"status": "unavailable", "database": "schema behind", "schema": list(current), "expected": list(heads)},
+            {
+                "status": "unavailable",
+                "database": "schema behind",
+                "schema": list(current),
+                "expected": list(heads),
+            },
             status_code=503,
             headers={"Retry-After": "30"},
         )
@@ -60,7 +64,7 @@ async def metrics() -> Response:
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         # Several uvicorn workers: aggregate every worker's samples.
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(registry)
         data = generate_latest(registry)
     else:
         data = generate_latest(REGISTRY)
@@ -77,4 +81,9 @@ async def problem_type(slug: str) -> dict[str, object]:
     kind = KINDS_BY_SLUG.get(slug)
     if kind is None:
         raise ProblemError(NOT_FOUND, f"No problem type {slug!r}; known: {', '.join(sorted(KINDS_BY_SLUG))}.")
-    return {"type": kind.type_uri, "status": kind.status, "title": kind.title, "description": kind.description}
+    return {
+        "type": kind.type_uri,
+        "status": kind.status,
+        "title": kind.title,
+        "description": kind.description,
+    }

@@ -37,24 +37,34 @@ class ProblemKind:
 
 
 VALIDATION_ERROR = ProblemKind(
-    "validation-error", 422, "Request is not valid",
+    "validation-error",
+    422,
+    "Request is not valid",
     "The body, query or path does not match the schema. `errors` lists each field and what it needs.",
 )
 INVALID_INPUT = ProblemKind(
-    "invalid-input", 422, "Input cannot be answered",
+    "invalid-input",
+    422,
+    "Input cannot be answered",
     "The request is well-formed but a value is out of range or inconsistent with another.",
 )
 IMPLAUSIBLE_RESULT = ProblemKind(
-    "implausible-result", 422, "Inputs give an impossible result",
+    "implausible-result",
+    422,
+    "Inputs give an impossible result",
     "For example an MFU above 1: usually a sparse peak, a throughput in the wrong unit or a wrong "
     "device count. `detail` names the likely cause.",
 )
 UNSUPPORTED_PRECISION = ProblemKind(
-    "unsupported-precision", 422, "Accelerator has no dense peak at this precision",
+    "unsupported-precision",
+    422,
+    "Accelerator has no dense peak at this precision",
     "Choose a precision the part supports (see GET /v1/hardware/{id}) or give a custom peak.",
 )
 UNKNOWN_REFERENCE = ProblemKind(
-    "unknown-reference", 422, "A named preset or accelerator is unknown",
+    "unknown-reference",
+    422,
+    "A named preset or accelerator is unknown",
     "A model preset or accelerator named in the body does not exist; `close_matches` lists candidates.",
 )
 NOT_FOUND = ProblemKind("not-found", 404, "Not found", "No resource at this path for this caller.")
@@ -62,16 +72,22 @@ METHOD_NOT_ALLOWED = ProblemKind(
     "method-not-allowed", 405, "Method not allowed", "The path exists but not with this method."
 )
 NOT_ACCEPTABLE = ProblemKind(
-    "not-acceptable", 406, "No acceptable representation",
+    "not-acceptable",
+    406,
+    "No acceptable representation",
     "The Accept header asks for a media type this operation cannot produce.",
 )
 CONFLICT = ProblemKind("conflict", 409, "Conflict", "The request conflicts with the current state.")
 IDEMPOTENCY_IN_FLIGHT = ProblemKind(
-    "idempotency-in-flight", 409, "A request with this Idempotency-Key is still being processed",
+    "idempotency-in-flight",
+    409,
+    "A request with this Idempotency-Key is still being processed",
     "Retry after a moment; the first request's answer will be returned.",
 )
 IDEMPOTENCY_MISMATCH = ProblemKind(
-    "idempotency-key-reused", 422, "Idempotency-Key reused with a different body",
+    "idempotency-key-reused",
+    422,
+    "Idempotency-Key reused with a different body",
     "Each Idempotency-Key names one request; use a new key for a different body.",
 )
 PAYLOAD_TOO_LARGE = ProblemKind(
@@ -81,31 +97,57 @@ UNSUPPORTED_MEDIA_TYPE = ProblemKind(
     "unsupported-media-type", 415, "Unsupported media type", "Send the body as application/json."
 )
 UNAUTHORIZED = ProblemKind(
-    "unauthorized", 401, "API key missing or not valid",
+    "unauthorized",
+    401,
+    "API key missing or not valid",
     "Send a valid key as `X-API-Key: <key>` or `Authorization: Bearer <key>`.",
 )
 FORBIDDEN = ProblemKind(
     "forbidden", 403, "API key lacks the scope", "Use a key with the scope this operation needs."
 )
 DATABASE_UNAVAILABLE = ProblemKind(
-    "database-unavailable", 503, "Database unavailable",
+    "database-unavailable",
+    503,
+    "Database unavailable",
     "The store cannot be reached; retry after the Retry-After seconds. Stateless endpoints still answer.",
 )
 INTERNAL_ERROR = ProblemKind(
-    "internal-error", 500, "Internal error",
+    "internal-error",
+    500,
+    "Internal error",
     "Unexpected failure; quote the request_id when reporting it.",
 )
 
 ALL_KINDS: tuple[ProblemKind, ...] = (
-    VALIDATION_ERROR, INVALID_INPUT, IMPLAUSIBLE_RESULT, UNSUPPORTED_PRECISION, UNKNOWN_REFERENCE,
-    NOT_FOUND, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, CONFLICT, IDEMPOTENCY_IN_FLIGHT,
-    IDEMPOTENCY_MISMATCH, PAYLOAD_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, UNAUTHORIZED, FORBIDDEN,
-    DATABASE_UNAVAILABLE, INTERNAL_ERROR,
+    VALIDATION_ERROR,
+    INVALID_INPUT,
+    IMPLAUSIBLE_RESULT,
+    UNSUPPORTED_PRECISION,
+    UNKNOWN_REFERENCE,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    NOT_ACCEPTABLE,
+    CONFLICT,
+    IDEMPOTENCY_IN_FLIGHT,
+    IDEMPOTENCY_MISMATCH,
+    PAYLOAD_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    UNAUTHORIZED,
+    FORBIDDEN,
+    DATABASE_UNAVAILABLE,
+    INTERNAL_ERROR,
 )
 KINDS_BY_SLUG = {kind.slug: kind for kind in ALL_KINDS}
 KIND_BY_STATUS = {
-    404: NOT_FOUND, 405: METHOD_NOT_ALLOWED, 406: NOT_ACCEPTABLE, 409: CONFLICT, 413: PAYLOAD_TOO_LARGE,
-    415: UNSUPPORTED_MEDIA_TYPE, 401: UNAUTHORIZED, 403: FORBIDDEN, 503: DATABASE_UNAVAILABLE,
+    404: NOT_FOUND,
+    405: METHOD_NOT_ALLOWED,
+    406: NOT_ACCEPTABLE,
+    409: CONFLICT,
+    413: PAYLOAD_TOO_LARGE,
+    415: UNSUPPORTED_MEDIA_TYPE,
+    401: UNAUTHORIZED,
+    403: FORBIDDEN,
+    503: DATABASE_UNAVAILABLE,
 }
 
 

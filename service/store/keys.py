@@ -105,8 +105,9 @@ def authenticate(connection: Connection, key: str) -> Principal | None:
     if len(parts) != 3 or parts[0] != KEY_PREFIX or len(key) > 200:
         return None
     row = connection.execute(
-        select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.tenant, api_keys.c.scopes, api_keys.c.revoked_at)
-        .where(api_keys.c.prefix == parts[1])
+        select(
+            api_keys.c.id, api_keys.c.key_hash, api_keys.c.tenant, api_keys.c.scopes, api_keys.c.revoked_at
+        ).where(api_keys.c.prefix == parts[1])
     ).first()
     # Hash and compare even when no row matched, so timing does not tell which prefixes exist.
     stored = row.key_hash if row is not None else "0" * 64

@@ -22,7 +22,11 @@ def test_sqlite_runs_in_wal_mode_with_foreign_keys(sqlite_url: str) -> None:
 
 def _key_row(prefix: str, created_at: datetime) -> dict[str, object]:
     return {
-        "prefix": prefix, "key_hash": "0" * 64, "tenant": "t", "name": "", "scopes": "read",
+        "prefix": prefix,
+        "key_hash": "0" * 64,
+        "tenant": "t",
+        "name": "",
+        "scopes": "read",
         "created_at": created_at,
     }
 
@@ -60,7 +64,7 @@ def test_concurrent_read_then_write_transactions_never_see_database_is_locked(en
                         insert(api_keys).values(**_key_row(f"w{worker}-{index}", datetime.now(UTC)))
                     )
                     uow.commit()
-        except BaseException as exc:  # noqa: BLE001 — collected and asserted below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(worker,)) for worker in range(6)]

@@ -27,7 +27,9 @@ def test_only_a_hash_of_the_key_is_stored(engine: Engine) -> None:
     key = _create(engine, "team-a", "read")
     with UnitOfWork(engine, write=False) as uow:
         stored = [tuple(row) for row in uow.connection.execute(select(api_keys))]
-    assert all(key not in str(value) and key.split("_", 2)[2] not in str(value) for row in stored for value in row)
+    assert all(
+        key not in str(value) and key.split("_", 2)[2] not in str(value) for row in stored for value in row
+    )
 
 
 def test_a_revoked_key_no_longer_authenticates(engine: Engine) -> None:

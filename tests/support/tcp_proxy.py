@@ -31,6 +31,9 @@ class TcpProxy:
         """Refuse new connections and cut the open ones."""
         with self._lock:
             if self._listener is not None:
+                # shutdown() wakes the thread blocked in accept(); close() alone does not on Linux.
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for sock in self._sockets:
