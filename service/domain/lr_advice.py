@@ -1,0 +1,331 @@
+"""Peak learning rate, warmup and floor for a model size or a compute budget, each with its rule.
+
+Rules
+-----
+- GPT-3 (Brown et al. 2020, Table 2.1): the eight published (params → LR, batch) rows, interpolated
+  linearly in log(params)–log(LR); outside 125M–175B the nearest end value is used and flagged
+  (``applicable = False``, ``extrapolated = True``).
+- Kaplan et al. 2020 Eq. D.1: LR(N) ≈ 0.003239 − 0.0001395·ln N (N non-embedding parameters); the
+  paper notes it breaks down for large N: flagged not applicable above 1e10 and absent where ≤ 0.
+- DeepSeek LLM 2024 §3.1 Eq. 1: η_opt = 0.3118·C^−0.1250, B_opt = 0.2920·C^0.3271 tokens, with
+  C = M·D, M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq non-embedding FLOPs per token. Without
+  the dimensions C ≈ 6·N·D is used instead (flagged in the note).
+
+Recommendation: the geometric mean of the applicable rules' LRs (they are power laws; the mean of
+logs is the natural centre), range = [min, max] of the applicable rules. When no rule is applicable,
+the geometric mean of all computed values, flagged.
+
+Warmup (GPT-3 App. B: 375M warmup tokens of 300B = 0.125%; Kaplan: 3000 of 250k steps = 1.2%; the
+service keeps warmup in 0.1%–1% of the steps): with a known batch, ceil(375M tokens / batch) clamped
+to [0.1%, 1%] of the steps; otherwise 0.125% of the steps. Floor: 10% of the peak (GPT-3's cosine
+to 10%; Chinchilla's 10× decay) unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from service.domain.errors import InvalidInput
+from service.domain.schedules import ScheduleSpec
+
+__all__ = [
+    "GPT3_TABLE",
+    "LrAdvice",
+    "LrRule",
+    "WarmupAdvice",
+    "advise_lr",
+    "deepseek_batch_tokens",
+    "deepseek_compute_flops",
+    "deepseek_flops_per_token",
+    "deepseek_lr",
+    "gpt3_batch_tokens",
+    "gpt3_lr",
+    "kaplan_lr",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Gpt3Row:
+    params: float
+    n_layers: int
+    d_model: int
+    n_heads: int
+    batch_tokens: float
+    lr: float
+
+
+#: Brown et al. 2020 Table 2.1 (params, n_layers, d_model, n_heads, batch size in tokens, LR).
+GPT3_TABLE: tuple[Gpt3Row, ...] = (
+    Gpt3Row(125e6, 12, 768, 12, 0.5e6, 6.0e-4),
+    Gpt3Row(350e6, 24, 1024, 16, 0.5e6, 3.0e-4),
+    Gpt3Row(760e6, 24, 1536, 16, 0.5e6, 2.5e-4),
+    Gpt3Row(1.3e9, 24, 2048, 24, 1e6, 2.0e-4),
+    Gpt3Row(2.7e9, 32, 2560, 32, 1e6, 1.6e-4),
+    Gpt3Row(6.7e9, 32, 4096, 32, 2e6, 1.2e-4),
+    Gpt3Row(13e9, 40, 5120, 40, 2e6, 1.0e-4),
+    Gpt3Row(175e9, 96, 12288, 96, 3.2e6, 0.6e-4),
+)
+#: Kaplan et al. 2020 Eq. D.1 coefficients and the size above which the paper says it breaks down.
+KAPLAN_LR_INTERCEPT, KAPLAN_LR_SLOPE = 0.003239, 0.0001395
+KAPLAN_LR_MAX_PARAMS = 1e10
+#: DeepSeek LLM 2024 Eq. 1 (η_opt, B_opt) and Eq. 2 (M, FLOPs per token without embeddings).
+DEEPSEEK_LR_COEFF, DEEPSEEK_LR_EXP = 0.3118, -0.1250
+DEEPSEEK_BATCH_COEFF, DEEPSEEK_BATCH_EXP = 0.2920, 0.3271
+#: DeepSeek fitted on budgets of 1e17–3e20 FLOPs and validated to ~1e24 (7B/67B); flagged outside.
+DEEPSEEK_VALID_FLOPS = (1e17, 1e25)
+#: GPT-3 App. B: linear warmup over the first 375M tokens (of 300B).
+GPT3_WARMUP_TOKENS = 375e6
+GPT3_WARMUP_FRACTION = 375e6 / 300e9  # 0.125%
+WARMUP_MIN_FRACTION, WARMUP_MAX_FRACTION = 0.001, 0.01
+#: GPT-3 (cosine to 10% of peak) and Chinchilla (10× decay): the default floor.
+DEFAULT_FLOOR_RATIO = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class LrRule:
+    rule: str  # "gpt3" | "kaplan" | "deepseek"
+    source: str
+    lr: float | None
+    applicable: bool
+    extrapolated: bool
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupAdvice:
+    warmup_steps: int | None
+    warmup_fraction: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LrAdvice:
+    rules: tuple[LrRule, ...]
+    recommended_lr: float
+    recommendation_rule: str
+    lr_range: tuple[float, float]
+    params: float | None
+    compute_flops: float | None
+    warmup: WarmupAdvice
+    floor_ratio: float
+    floor_lr: float
+    batch_tokens_suggested: float | None
+    batch_source: str | None
+    total_steps: int | None
+    schedule: dict[str, Any]
+
+
+def _positive(value: float | None, name: str) -> float:
+    if value is None:
+        raise InvalidInput(f"{name} is required.", field=name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidInput(f"{name} must be a finite number above 0.", field=name)
+    return float(value)
+
+
+def _interp_loglog(x: float, xs: list[float], ys: list[float]) -> tuple[float, bool]:
+    if x <= xs[0]:
+        return ys[0], x < xs[0]
+    if x >= xs[-1]:
+        return ys[-1], x > xs[-1]
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            f = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+            return math.exp(math.log(ys[i - 1]) + f * (math.log(ys[i]) - math.log(ys[i - 1]))), False
+    raise AssertionError("unreachable")
+
+
+def gpt3_lr(params: float) -> LrRule:
+    """GPT-3 Table 2.1 LR at ``params``: exact at its sizes, log–log interpolated between them."""
+    n = _positive(params, "params")
+    value, outside = _interp_loglog(n, [r.params for r in GPT3_TABLE], [r.lr for r in GPT3_TABLE])
+    note = (
+        "outside GPT-3's 125M–175B: the nearest end value, not extrapolated"
+        if outside
+        else "GPT-3 Table 2.1, log–log interpolation between its sizes"
+    )
+    return LrRule("gpt3", "Brown et al. 2020 Table 2.1", value, not outside, outside, note)
+
+
+def gpt3_batch_tokens(params: float) -> float:
+    """GPT-3 Table 2.1 batch (tokens) of the row nearest in log(params)."""
+    n = _positive(params, "params")
+    row = min(GPT3_TABLE, key=lambda r: abs(math.log(r.params / n)))
+    return row.batch_tokens
+
+
+def kaplan_lr(non_embedding_params: float) -> LrRule:
+    """Kaplan et al. 2020 Eq. D.1: LR(N) ≈ 0.003239 − 0.0001395·ln N."""
+    n = _positive(non_embedding_params, "params")
+    value = KAPLAN_LR_INTERCEPT - KAPLAN_LR_SLOPE * math.log(n)
+    if value <= 0:
+        return LrRule(
+            "kaplan", "Kaplan et al. 2020 Eq. D.1", None, False, True, "Eq. D.1 gives LR ≤ 0 at this size"
+        )
+    if n > KAPLAN_LR_MAX_PARAMS:
+        return LrRule(
+            "kaplan", "Kaplan et al. 2020 Eq. D.1", value, False, True, "outside validity (N > 1e10)"
+        )
+    return LrRule("kaplan", "Kaplan et al. 2020 Eq. D.1", value, True, False, "N taken as non-embedding")
+
+
+def deepseek_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> float:
+    """DeepSeek LLM Eq. 2: M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq (no embedding)."""
+    for name, v in (("n_layers", n_layers), ("d_model", d_model), ("seq_len", seq_len)):
+        _positive(v, name)
+    return 72 * n_layers * d_model**2 + 12 * n_layers * d_model * seq_len
+
+
+def deepseek_compute_flops(
+    *,
+    tokens: float,
+    params: float | None = None,
+    n_layers: int | None = None,
+    d_model: int | None = None,
+    seq_len: int | None = None,
+) -> tuple[float, str]:
+    """C = M·D with DeepSeek's M when the dimensions are known, else C ≈ 6·N·D."""
+    d = _positive(tokens, "tokens")
+    if n_layers is not None and d_model is not None and seq_len is not None:
+        return deepseek_flops_per_token(n_layers, d_model, seq_len) * d, "C = M·D with DeepSeek's M"
+    return 6 * _positive(params, "params") * d, "C ≈ 6·N·D (no n_layers/d_model/seq_len given)"
+
+
+def deepseek_lr(compute_flops: float) -> float:
+    """DeepSeek LLM Eq. 1: η_opt = 0.3118·C^−0.1250."""
+    return DEEPSEEK_LR_COEFF * _positive(compute_flops, "compute_flops") ** DEEPSEEK_LR_EXP
+
+
+def deepseek_batch_tokens(compute_flops: float) -> float:
+    """DeepSeek LLM Eq. 1: B_opt = 0.2920·C^0.3271 tokens."""
+    return DEEPSEEK_BATCH_COEFF * _positive(compute_flops, "compute_flops") ** DEEPSEEK_BATCH_EXP
+
+
+def _warmup(total_steps: int | None, batch_tokens: float | None) -> WarmupAdvice:
+    if total_steps is None:
+        return WarmupAdvice(
+            None, GPT3_WARMUP_FRACTION, "GPT-3: 375M of 300B tokens = 0.125% of the run (no step count known)"
+        )
+    lo = max(1, math.ceil(WARMUP_MIN_FRACTION * total_steps))
+    hi = max(lo, math.floor(WARMUP_MAX_FRACTION * total_steps))
+    if batch_tokens is not None:
+        raw = math.ceil(GPT3_WARMUP_TOKENS / batch_tokens)
+        steps = min(hi, max(lo, raw))
+        why = f"GPT-3's 375M warmup tokens at {batch_tokens:.4g} tokens/step = {raw} steps"
+        if steps != raw:
+            why += f", clamped to {steps} (0.1%–1% of {total_steps} steps)"
+    else:
+        steps = min(hi, max(lo, math.ceil(GPT3_WARMUP_FRACTION * total_steps)))
+        why = f"GPT-3's 0.125% of the run ({total_steps} steps)"
+    steps = min(steps, total_steps - 1) if total_steps > 1 else 0
+    return WarmupAdvice(steps, steps / total_steps, why)
+
+
+def advise_lr(
+    *,
+    params: float | None = None,
+    compute_flops: float | None = None,
+    tokens: float | None = None,
+    n_layers: int | None = None,
+    d_model: int | None = None,
+    seq_len: int | None = None,
+    batch_tokens: float | None = None,
+    total_steps: int | None = None,
+    floor_ratio: float = DEFAULT_FLOOR_RATIO,
+) -> LrAdvice:
+    """Each rule's peak LR, a recommendation (geometric mean of the applicable rules), warmup, floor,
+    and a ``ScheduleSpec`` dict (cosine to the floor) for the schedules endpoint.
+
+    Give ``params``, or ``compute_flops``, or ``params`` + ``tokens`` (C from DeepSeek's M when
+    ``n_layers``, ``d_model``, ``seq_len`` are given). ``params`` are used as Kaplan's non-embedding
+    N. With only a budget, the size is the 20-tokens-per-parameter optimum N = √(C/120) (noted).
+    ``total_steps`` defaults to tokens / batch_tokens when both are known.
+    """
+    if params is None and compute_flops is None:
+        raise InvalidInput("Give params, or compute_flops, or params and tokens.", field="params")
+    if not 0 <= floor_ratio <= 1:
+        raise InvalidInput("floor_ratio must be in [0, 1].", field="floor_ratio")
+    c_note = "compute_flops as given"
+    if compute_flops is not None:
+        c: float | None = _positive(compute_flops, "compute_flops")
+    elif tokens is not None:
+        c, c_note = deepseek_compute_flops(
+            tokens=tokens, params=params, n_layers=n_layers, d_model=d_model, seq_len=seq_len
+        )
+    else:
+        c = None
+    size_note = ""
+    if params is not None:
+        n = _positive(params, "params")
+    else:
+        assert c is not None
+        n = math.sqrt(c / 120)  # Hoffmann et al. 2022: ~20 tokens per parameter, C = 6·N·20N
+        size_note = f"; params assumed compute-optimal (20 tokens/param): {n:.4g}"
+    rules = []
+    g = gpt3_lr(n)
+    k = kaplan_lr(n)
+    rules = [
+        LrRule(g.rule, g.source, g.lr, g.applicable, g.extrapolated, g.note + size_note),
+        LrRule(k.rule, k.source, k.lr, k.applicable, k.extrapolated, k.note + size_note),
+    ]
+    if c is not None:
+        inside = DEEPSEEK_VALID_FLOPS[0] <= c <= DEEPSEEK_VALID_FLOPS[1]
+        note = c_note if inside else c_note + "; outside the 1e17–1e25 FLOPs DeepSeek fitted and checked"
+        rules.append(LrRule("deepseek", "DeepSeek LLM 2024 Eq. 1", deepseek_lr(c), inside, not inside, note))
+    else:
+        rules.append(
+            LrRule(
+                "deepseek", "DeepSeek LLM 2024 Eq. 1", None, False, False, "needs a compute budget or tokens"
+            )
+        )
+    usable = [r.lr for r in rules if r.applicable and r.lr is not None]
+    how = "geometric mean of the applicable rules"
+    if not usable:
+        usable = [r.lr for r in rules if r.lr is not None]
+        how = "geometric mean of all rules (none applicable at this size: extrapolated)"
+    rec = math.exp(math.fsum(math.log(v) for v in usable) / len(usable))
+    lr_range = (min(usable), max(usable))
+
+    if c is not None:
+        batch_suggested: float | None = deepseek_batch_tokens(c)
+        batch_source: str | None = "DeepSeek LLM 2024 Eq. 1 (B_opt)"
+    else:
+        batch_suggested, batch_source = gpt3_batch_tokens(n), "GPT-3 Table 2.1 (nearest size)"
+    steps = total_steps
+    if steps is None and tokens is not None and batch_tokens is not None:
+        steps = max(1, math.ceil(_positive(tokens, "tokens") / _positive(batch_tokens, "batch_tokens")))
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise InvalidInput("total_steps must be a whole number ≥ 1.", field="total_steps")
+    warm = _warmup(steps, batch_tokens)
+    kind = "cosine_with_min_lr" if floor_ratio > 0 else "cosine"
+    schedule: dict[str, Any] = {"kind": kind, "peak_lr": rec}
+    if floor_ratio > 0:
+        schedule["min_lr_ratio"] = floor_ratio
+    if steps is not None:
+        schedule["total_steps"] = steps
+        schedule["warmup_steps"] = warm.warmup_steps
+        ScheduleSpec(**schedule)  # the dict is a valid spec
+    else:
+        schedule["warmup_fraction"] = warm.warmup_fraction
+    return LrAdvice(
+        rules=tuple(rules),
+        recommended_lr=rec,
+        recommendation_rule=how,
+        lr_range=lr_range,
+        params=n,
+        compute_flops=c,
+        warmup=warm,
+        floor_ratio=floor_ratio,
+        floor_lr=rec * floor_ratio,
+        batch_tokens_suggested=batch_suggested,
+        batch_source=batch_source,
+        total_steps=steps,
+        schedule=schedule,
+    )
