@@ -1,0 +1,7 @@
+"""Parallel layouts that fit, ranked by predicted throughput."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(tags=["plans"])

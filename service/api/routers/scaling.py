@@ -1,0 +1,7 @@
+"""Compute-optimal model size and tokens for a budget."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(tags=["compute-optimal"])

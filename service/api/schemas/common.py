@@ -1,0 +1,155 @@
+"""Schemas every endpoint shares: the model description, the hardware reference, the throughput
+forms and the enumerations of precision, recomputation and FLOPs convention.
+
+A model is named one of three ways (exactly one): a preset id, explicit dimensions, or a Hugging
+Face ``config.json`` object. Hardware is a catalog id, a framework device-name string, or a custom
+part. Throughput is one of four forms. :mod:`service.api.resolve` turns them into domain values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
+RecomputeName = Literal["none", "selective", "full"]
+ConventionName = Literal["palm", "6n", "megatron", "megatron_causal"]
+EmbeddingPolicyName = Literal["all", "exclude_input", "exclude_all"]
+
+PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ApiModel(BaseModel):
+    """Base of every request and response schema.
+
+    Unknown fields are rejected (a misspelt ``tokens_per_sec`` must not silently give another
+    answer); NaN and Infinity are refused wherever a number is expected.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class ModelDimensions(ApiModel):
+    """A decoder-only transformer by its dimensions. Omitted fields take the usual defaults:
+    ``n_kv_heads`` = ``n_heads``, ``head_dim`` = ``d_model / n_heads``, ``d_ff`` = 4·d_model (plain)
+    or Llama's 8/3·d_model rounded up to 256 (gated)."""
+
+    name: str = Field(default="custom", max_length=200)
+    n_layers: PositiveInt
+    d_model: PositiveInt
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    d_ff: PositiveInt | None = None
+    ffn_kind: Literal["plain", "gated"] = Field(
+        default="gated", description="plain: up+down (GeLU/ReLU); gated: gate+up+down (SwiGLU/GeGLU)"
+    )
+    vocab_size: PositiveInt
+    tied_embeddings: bool = False
+    position_embedding: Literal["learned", "rope", "alibi", "none"] = "rope"
+    max_position_embeddings: PositiveInt | None = None
+    norm_kind: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    qkv_bias: bool = False
+    mlp_bias: bool = False
+    n_experts: Annotated[int, Field(ge=0, le=100_000)] = Field(default=0, description="0 = dense")
+    experts_per_token: Annotated[int, Field(ge=0, le=100_000)] = 0
+    expert_d_ff: Annotated[int, Field(ge=0)] = 0
+    n_shared_experts: Annotated[int, Field(ge=0)] = 0
+    shared_expert_d_ff: Annotated[int, Field(ge=0)] = 0
+    first_k_dense_layers: Annotated[int, Field(ge=0)] = Field(default=0, description="leading dense layers")
+    moe_layer_frequency: PositiveInt = Field(
+        default=1, description="every k-th layer (after the dense ones) is MoE"
+    )
+    sliding_window: PositiveInt | None = Field(
+        default=None, description="sliding-window attention span, tokens"
+    )
+
+
+class ModelRef(ApiModel):
+    """Exactly one of ``preset``, ``dimensions`` or ``hf_config``."""
+
+    preset: str | None = Field(default=None, max_length=100, description="id from GET /v1/models")
+    dimensions: ModelDimensions | None = None
+    hf_config: dict[str, Any] | None = Field(
+        default=None,
+        description="a Hugging Face config.json object (model_type llama, mistral, mixtral, qwen2, qwen2_moe, "
+        "gemma, gemma2, gpt2, gpt_neox, opt, falcon, deepseek_v3)",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        given = [name for name in ("preset", "dimensions", "hf_config") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of preset, dimensions or hf_config"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+class CustomAccelerator(ApiModel):
+    """A part the catalog lacks: dense (non-sparse) peaks in TFLOP/s per precision."""
+
+    name: str = Field(min_length=1, max_length=100)
+    peak_tflops: dict[PrecisionName, PositiveFloat] = Field(min_length=1, examples=[{"bf16": 989.4}])
+    memory_bytes: PositiveInt | None = None
+    hbm_bandwidth_bytes_per_second: PositiveFloat | None = None
+    intra_node_bandwidth_bytes_per_second: PositiveFloat | None = None
+    tdp_watts: PositiveFloat | None = None
+
+
+class HardwareRef(ApiModel):
+    """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
+    reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``."""
+
+    accelerator: str | None = Field(default=None, min_length=1, max_length=100)
+    custom: CustomAccelerator | None = None
+    count: PositiveInt = Field(description="devices in the job, as the framework counts devices")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HardwareRef:
+        if (self.accelerator is None) == (self.custom is None):
+            raise ValueError("give exactly one of accelerator (id or device name) or custom")
+        return self
+
+
+class ThroughputIn(ApiModel):
+    """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),
+    ``tokens_per_second_per_device``, ``step_time_seconds`` with ``global_batch_tokens`` or
+    ``global_batch_sequences``, or ``sequences_per_second`` (global samples/s)."""
+
+    tokens_per_second: PositiveFloat | None = None
+    tokens_per_second_per_device: PositiveFloat | None = None
+    step_time_seconds: PositiveFloat | None = None
+    global_batch_tokens: PositiveInt | None = None
+    global_batch_sequences: PositiveInt | None = None
+    sequences_per_second: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ThroughputIn:
+        forms = [
+            name
+            for name in (
+                "tokens_per_second",
+                "tokens_per_second_per_device",
+                "step_time_seconds",
+                "sequences_per_second",
+            )
+            if getattr(self, name) is not None
+        ]
+        if len(forms) != 1:
+            raise ValueError(
+                "give exactly one throughput form: tokens_per_second, tokens_per_second_per_device, "
+                "step_time_seconds (+ global_batch_tokens or global_batch_sequences), or sequences_per_second"
+                + (f" (got {', '.join(forms)})" if forms else "")
+            )
+        batch_given = (self.global_batch_tokens is not None) + (self.global_batch_sequences is not None)
+        if self.step_time_seconds is not None and batch_given != 1:
+            raise ValueError(
+                "with step_time_seconds give exactly one of global_batch_tokens or global_batch_sequences"
+            )
+        if self.step_time_seconds is None and batch_given:
+            raise ValueError("global_batch_tokens / global_batch_sequences go with step_time_seconds only")
+        return self
