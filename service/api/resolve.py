@@ -49,7 +49,7 @@ def resolve_accelerator(ref: HardwareRef, *, field: str = "hardware") -> hardwar
             f"{field}.custom",
             lambda: hardware.custom_accelerator(
                 name=custom.name,
-                peak_tflops=dict(custom.peak_tflops),
+                peak_tflops={str(key): value for key, value in custom.peak_tflops.items()},
                 memory_bytes=custom.memory_bytes,
                 hbm_bandwidth_bytes_per_second=custom.hbm_bandwidth_bytes_per_second,
                 intra_node_bandwidth_bytes_per_second=custom.intra_node_bandwidth_bytes_per_second,
