@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 from service.api.problems import ALL_KINDS, PROBLEM_CONTENT_TYPE
 
@@ -41,6 +42,16 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "close_matches": {"type": "array", "items": {"type": "string"}},
     },
 }
+
+# Schemas documented for operations that parse their own body (e.g. the MFU batch, where each item
+# fails on its own): not reachable from a route signature, so they are registered here.
+_EXTRA_COMPONENTS: list[type[BaseModel]] = []
+
+
+def register_component(model: type[BaseModel]) -> type[BaseModel]:
+    _EXTRA_COMPONENTS.append(model)
+    return model
+
 
 _DESCRIPTIONS = {
     "401": "API key missing, not valid or revoked",
@@ -77,6 +88,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components = schema.setdefault("components", {})
     component_schemas = components.setdefault("schemas", {})
     component_schemas["Problem"] = PROBLEM_SCHEMA
+    for model in _EXTRA_COMPONENTS:
+        extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in extra.pop("$defs", {}).items():
+            component_schemas.setdefault(name, definition)
+        component_schemas.setdefault(model.__name__, extra)
     component_schemas.pop("HTTPValidationError", None)
     component_schemas.pop("ValidationError", None)
     for path, operations in schema.get("paths", {}).items():

@@ -13,15 +13,16 @@ from service.domain.errors import DomainError
 T = TypeVar("T")
 
 
-def with_field_prefix(prefix: str, action: Callable[[], T]) -> T:
-    """Run ``action``; a domain error's field is re-rooted under ``prefix`` (the request path)."""
+def with_field_prefix(prefix: str, action: Callable[[], T], *, exact: bool = False) -> T:
+    """Run ``action``; a domain error's field is re-rooted under ``prefix`` (the request path), or
+    replaced by it when ``exact`` (the whole sub-object at ``prefix`` is the one value at fault)."""
     try:
         return action()
     except DomainError as exc:
-        if exc.field and not exc.field.startswith(prefix):
-            exc.field = f"{prefix}.{exc.field}"
-        elif exc.field is None:
+        if exact or exc.field is None:
             exc.field = prefix
+        elif not exc.field.startswith(prefix):
+            exc.field = f"{prefix}.{exc.field}"
         raise
 
 
@@ -31,10 +32,10 @@ def _spec_from_dimensions(dimensions: ModelDimensions) -> models.ModelSpec:
     return models.build_model_spec(**values)
 
 
-def resolve_model(ref: ModelRef, *, field: str = "model") -> models.ModelSpec:
+def resolve_model(ref: ModelRef, *, field: str = "body.model") -> models.ModelSpec:
     if ref.preset is not None:
         preset = ref.preset
-        return with_field_prefix(f"{field}.preset", lambda: models.get_preset(preset).spec)
+        return with_field_prefix(f"{field}.preset", lambda: models.get_preset(preset).spec, exact=True)
     if ref.dimensions is not None:
         dimensions = ref.dimensions
         return with_field_prefix(f"{field}.dimensions", lambda: _spec_from_dimensions(dimensions))
@@ -42,7 +43,7 @@ def resolve_model(ref: ModelRef, *, field: str = "model") -> models.ModelSpec:
     return with_field_prefix(f"{field}.hf_config", lambda: models.from_hf_config(config))
 
 
-def resolve_accelerator(ref: HardwareRef, *, field: str = "hardware") -> hardware.Accelerator:
+def resolve_accelerator(ref: HardwareRef, *, field: str = "body.hardware") -> hardware.Accelerator:
     if ref.custom is not None:
         custom = ref.custom
         return with_field_prefix(
@@ -57,7 +58,7 @@ def resolve_accelerator(ref: HardwareRef, *, field: str = "hardware") -> hardwar
             ),
         )
     name = ref.accelerator or ""
-    return with_field_prefix(f"{field}.accelerator", lambda: hardware.lookup_accelerator(name))
+    return with_field_prefix(f"{field}.accelerator", lambda: hardware.lookup_accelerator(name), exact=True)
 
 
 def resolve_throughput(throughput: ThroughputIn) -> mfu.Throughput:

@@ -51,7 +51,11 @@ class ModelDimensions(ApiModel):
     position_embedding: Literal["learned", "rope", "alibi", "none"] = "rope"
     max_position_embeddings: PositiveInt | None = None
     norm_kind: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    norm_has_bias: bool = Field(
+        default=False, description="LayerNorm with a bias (GPT-2, OPT, MPT benchmarks)"
+    )
     qkv_bias: bool = False
+    attn_out_bias: bool = False
     mlp_bias: bool = False
     n_experts: Annotated[int, Field(ge=0, le=100_000)] = Field(default=0, description="0 = dense")
     experts_per_token: Annotated[int, Field(ge=0, le=100_000)] = 0
