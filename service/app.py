@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy import Engine
 
 from service import __version__
+from service.api.baseline import router as baseline_router
 from service.api.docs import install_docs
 from service.api.handlers import install_handlers
 from service.api.middleware import RequestContextMiddleware
@@ -83,6 +84,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     for router in ROUTERS:
         app.include_router(router, prefix="/v1")
     install_docs(app)
+    if settings.benchmark_routes:
+        app.include_router(baseline_router)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     if settings.cors_origins:
         app.add_middleware(

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections per process")
     db_busy_timeout_ms: int = Field(default=30_000, ge=0, description="SQLite busy timeout")
+    benchmark_routes: bool = Field(
+        default=False,
+        description="mount trivial GET/POST /bench/noop routes (baselines for benchmarks; not in the contract)",
+    )
     check_schema_on_start: bool = Field(
         default=True, description="refuse to serve when the database schema is behind the code"
     )
