@@ -84,6 +84,15 @@ async def _problem(request: Request, exc: Exception) -> Response:
 
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI answers 400 when a body is not decodable at all (bytes that are not UTF-8 JSON); the
+        # contract has one answer for a body that cannot be read as its schema: validation-error.
+        return _respond(
+            request,
+            p.VALIDATION_ERROR,
+            "body: not valid JSON (send UTF-8 encoded JSON; NaN and Infinity are not JSON numbers).",
+            errors=[{"field": "body", "message": "not valid JSON", "code": "json_invalid"}],
+        )
     kind = p.KIND_BY_STATUS.get(exc.status_code)
     if kind is None:
         kind = p.ProblemKind(f"http-{exc.status_code}", exc.status_code, str(exc.detail), str(exc.detail))

@@ -40,11 +40,16 @@ def _not_found(exc: NotFound) -> ProblemError:
     return ProblemError(NOT_FOUND, exc.message, close_matches=list(exc.close_matches))
 
 
-@router.get("/hardware", summary="List the accelerator catalog, or resolve a framework device name")
+@router.get(
+    "/hardware",
+    summary="List the accelerator catalog, or resolve a framework device name",
+    openapi_extra={"x-problems": ["404"]},
+)
 async def list_accelerators(
     device_name: Annotated[
         str | None,
         Query(
+            min_length=1,
             max_length=100,
             description="a device string as a framework reports it (torch.cuda.get_device_name(), JAX "
             "device_kind), e.g. `NVIDIA H100 80GB HBM3`: answers the one matching part or 404 with close "
