@@ -23,6 +23,13 @@ Band = Literal["below_typical", "typical", "above_typical"]
 TYPICAL_MFU_LOW = 0.30
 TYPICAL_MFU_HIGH = 0.60
 
+#: Beyond this overshoot a single wrong factor (devices, per-device vs global, precision) cannot explain
+#: an MFU above 1, so the answer points at the throughput's unit instead of listing factors.
+MAX_EXPLAINED_OVERSHOOT = 1000.0
+#: Below this an MFU is a unit error, not a slow job: one H100 at 0.01 token/s on an 8B model is 6e-7
+#: (a stalled job reports no throughput at all rather than a rate like this).
+MIN_PLAUSIBLE_MFU = 1e-7
+
 
 # --------------------------------------------------------------------------------------------------
 # Throughput forms
@@ -255,6 +262,19 @@ def compute_mfu(
     capacity = peak * device_count
     mfu = model_flops * tokens / capacity
     hfu = hardware_flops * tokens / capacity
+    if not math.isfinite(mfu) or mfu > MAX_EXPLAINED_OVERSHOOT:
+        raise ImplausibleResult(
+            f"MFU would be {mfu:.3g}, orders of magnitude above 1: the throughput cannot be real for "
+            f"{device_count} × {accelerator.display_name}. Check its unit (tokens per second, not per minute; "
+            "tokens, not FLOPs) and the form (global vs per device).",
+            field="throughput",
+        )
+    if mfu < MIN_PLAUSIBLE_MFU:
+        raise ImplausibleResult(
+            f"MFU would be {mfu:.3g}, below {MIN_PLAUSIBLE_MFU:g}: no training job runs this slowly. Check the "
+            "throughput's unit (tokens per second, not per hour or per millisecond) and the device count.",
+            field="throughput",
+        )
     if mfu > 1:
         raise _implausible(
             mfu,

@@ -217,7 +217,8 @@ def test_a_batch_in_sequences_needs_the_sequence_length() -> None:
 
 
 @given(
-    st.floats(min_value=1.0, max_value=1e5),
+    # Above MIN_PLAUSIBLE_MFU at 8,192 devices and below MFU 1 at one device.
+    st.floats(min_value=2e3, max_value=1e5),
     st.floats(min_value=1.0, max_value=4.0),
     st.integers(min_value=1, max_value=4096),
 )
@@ -229,3 +230,11 @@ def test_mfu_is_proportional_to_throughput_and_inverse_to_devices(tps: float, k:
     base = mfu(tps, devices)
     assert mfu(tps * k, devices) == pytest.approx(base * k)
     assert mfu(tps, devices * 2) == pytest.approx(base / 2)
+
+
+def test_an_absurdly_small_or_large_throughput_is_implausible_not_a_tiny_or_infinite_mfu() -> None:
+    for tokens in (1e-300, 1e308):
+        with pytest.raises(ImplausibleResult) as err:
+            compute_mfu(model_flops_per_token=1e9, accelerator=H100, device_count=8, precision="bf16",
+                        throughput=GlobalTokensPerSecond(tokens))  # fmt: skip
+        assert err.value.field == "throughput"
