@@ -142,8 +142,10 @@ def line_chart_svg(
     x0, x1 = MARGIN_LEFT, WIDTH - MARGIN_RIGHT
     y0, y1 = HEIGHT - MARGIN_BOTTOM, MARGIN_TOP
     y_lo = min(all_y) if log_y else min(0.0, min(all_y))
+    # 4% headroom so a curve that sits at its maximum (an LR at its peak) stays off the frame.
+    y_hi = max(all_y) * (1.25 if log_y else 1.04)
     ax = _Axis(min(all_x), max(all_x), log_x, x0, x1)
-    ay = _Axis(y_lo, max(all_y), log_y, y0, y1)
+    ay = _Axis(y_lo, y_hi, log_y, y0, y1)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="DejaVu Sans, Arial, sans-serif" font-size="12">',
@@ -163,7 +165,8 @@ def line_chart_svg(
             f'<rect class="band" x="{lo_px:.1f}" y="{y1}" width="{hi_px - lo_px:.1f}" height="{y0 - y1}" '
             f'fill="{fill}" fill-opacity="0.12"><title>{escape(label)}</title></rect>'
         )
-        parts.append(_text(lo_px + 3, y1 + 14 + 14 * (i % 2), label, font_size=11, fill="#444"))
+        # Labels sit at the bottom of their band: LR curves live near the top of the plot.
+        parts.append(_text(lo_px + 3, y0 - 8 - 14 * (i % 2), label, font_size=11, fill="#444"))
     for t in ax.ticks:
         px = ax(t)
         parts.append(f'<line x1="{px:.1f}" y1="{y0}" x2="{px:.1f}" y2="{y1}" stroke="#e3e3e3"/>')
@@ -289,7 +292,7 @@ def line_chart_png(
             continue
         ax.axvspan(b0, b1, color=BAND_FILLS[i % len(BAND_FILLS)], alpha=0.12, lw=0)
         ax.annotate(
-            label, (b0, 1), xycoords=("data", "axes fraction"), xytext=(3, -12 - 12 * (i % 2)),
+            label, (b0, 0), xycoords=("data", "axes fraction"), xytext=(3, 4 + 12 * (i % 2)),
             textcoords="offset points", fontsize=9, color="#444",
         )  # fmt: skip
     fmt = FuncFormatter(lambda v, _pos: format_number(v))
