@@ -18,6 +18,12 @@ from service.api.schemas.common import (
     RecomputeName,
     ThroughputIn,
 )
+from service.api.schemas.performance import (
+    MAX_GLOBAL_BATCH_SEQUENCES,
+    PredictionSummaryRead,
+    PredictMfuIn,
+)
+from service.api.schemas.schedules import field_error
 
 SEQ_LEN_FIELD = Field(le=10_000_000, description="tokens per sequence (context length used in training)")
 CONVENTION_FIELD: Any = Field(
@@ -211,7 +217,32 @@ class TrainingEstimateRequest(ApiModel):
                     "tokens": 15.0e12,
                     "mfu": 0.4,
                     "price_per_device_hour": 2.5,
-                }
+                },
+                {
+                    "model": {"preset": "llama3-70b"},
+                    "seq_len_tokens": 8192,
+                    "hardware": {"accelerator": "h100-sxm", "count": 1024},
+                    "tokens": 15.0e12,
+                    "predict": {
+                        "layout": {
+                            "tp": 8,
+                            "pp": 4,
+                            "dp": 32,
+                            "virtual_stages": 5,
+                            "distributed_optimizer": True,
+                        },
+                        "global_batch_tokens": 16_777_216,
+                    },
+                    "price_per_device_hour": 2.5,
+                },
+                {
+                    "model": {"preset": "llama3-8b"},
+                    "seq_len_tokens": 8192,
+                    "hardware": {"accelerator": "h100-sxm", "count": 64},
+                    "steps": 100_000,
+                    "batch_tokens": 4_194_304,
+                    "predict": {"inter_node_bandwidth_bytes_per_second": 50e9},
+                },
             ]
         }
     )
@@ -226,7 +257,14 @@ class TrainingEstimateRequest(ApiModel):
     tokens: PositiveFloat | None = Field(default=None, description="token budget")
     steps: PositiveInt | None = Field(default=None, description="with batch_tokens, instead of tokens")
     batch_tokens: PositiveInt | None = None
-    mfu: float = Field(gt=0, le=1, description="the MFU the job runs at (fraction)")
+    mfu: float | None = Field(
+        default=None, gt=0, le=1, description="the MFU the job runs at (fraction); or give predict instead"
+    )
+    predict: PredictMfuIn | None = Field(
+        default=None,
+        description="predict the MFU instead of giving it (needs model and seq_len_tokens): of predict.layout, "
+        "or of the planner's fastest layout when no layout is given",
+    )
     price_per_device_hour: PositiveFloat | None = Field(default=None, description="in the caller's currency")
     convention: ConventionName = CONVENTION_FIELD
 
@@ -236,6 +274,35 @@ class TrainingEstimateRequest(ApiModel):
             raise ValueError("give total_training_flops, or model and seq_len_tokens with a token budget")
         if self.total_training_flops is not None and self.model is not None:
             raise ValueError("give total_training_flops or model, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _mfu_source(self) -> TrainingEstimateRequest:
+        if (self.mfu is None) == (self.predict is None):
+            raise ValueError(
+                "give exactly one of mfu (a fraction) or predict (the MFU predicted for a layout)"
+            )
+        if self.predict is None:
+            return self
+        if self.model is None or self.seq_len_tokens is None:
+            raise field_error("predict", "predicting the MFU needs model and seq_len_tokens")
+        seq_len, given = self.seq_len_tokens, self.predict
+        tokens, field = given.global_batch_tokens, "predict.global_batch_tokens"
+        if given.global_batch_sequences is None and tokens is None:
+            tokens, field = self.batch_tokens, "batch_tokens"
+            if tokens is None:
+                raise field_error(
+                    "predict.global_batch_sequences",
+                    "give the global batch: predict.global_batch_sequences or predict.global_batch_tokens "
+                    "(or steps with batch_tokens)",
+                )
+        if tokens is not None:
+            if tokens % seq_len:
+                raise field_error(
+                    field, f"{field} ({tokens}) must be a multiple of seq_len_tokens ({seq_len})"
+                )
+            if tokens // seq_len > MAX_GLOBAL_BATCH_SEQUENCES:
+                raise field_error(field, f"at most {MAX_GLOBAL_BATCH_SEQUENCES} sequences per step")
         return self
 
 
@@ -252,6 +319,10 @@ class JobCostRead(ApiModel):
 
 
 class TrainingEstimateRead(ApiModel):
+    mfu_source: Literal["given", "predicted"] = Field(
+        description="given: the request's mfu; predicted: predict_step on predict.layout or the planner's best"
+    )
+    prediction: PredictionSummaryRead | None = Field(description="the prediction the MFU came from")
     total_training_flops: float
     tokens: float | None
     model_flops_per_token: float | None
