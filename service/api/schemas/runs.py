@@ -1,0 +1,537 @@
+"""Stored runs and their measurements: what a scheduler sends and what it reads back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict
+
+from service.api.schemas.common import (
+    ApiModel,
+    ConventionName,
+    HardwareRef,
+    ModelRef,
+    PrecisionName,
+    RecomputeName,
+    ThroughputIn,
+)
+
+RunStatus = Literal["running", "finished", "failed"]
+SizeClassName = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
+RunSort = Literal["started_at", "median_mfu"]
+SortOrder = Literal["asc", "desc"]
+
+Tag = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\s,][^,]*$"),
+]
+MAX_TAGS = 50
+Layout = Annotated[int, Field(ge=1, le=1_000_000)]
+
+_CREATE_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "hardware": {"accelerator": "h100-sxm", "count": 64},
+    "precision": "bf16",
+    "seq_len_tokens": 8192,
+    "global_batch_tokens": 4194304,
+    "parallelism": {"tp": 2, "pp": 1, "cp": 1, "micro_batch_sequences": 2, "zero_stage": 1},
+    "framework": "megatron-lm 0.9",
+    "cluster": "eu-west-a",
+    "scheduler_job_id": "slurm-123456",
+    "attempt": 0,
+    "tags": ["pretrain", "llama3"],
+    "token_budget_tokens": 1000000000000,
+    "price_per_device_hour": 2.5,
+}
+
+
+class ParallelLayout(ApiModel):
+    """How the job is split. ``dp`` may be omitted: it is then devices ÷ (tp·pp·cp). Devices =
+    tp·pp·cp·dp; expert parallelism (``ep``) works within data × context parallelism."""
+
+    tp: Layout = Field(default=1, description="tensor parallel size")
+    pp: Layout = Field(default=1, description="pipeline parallel size")
+    dp: Layout | None = Field(
+        default=None, description="data parallel size (default: what the devices leave)"
+    )
+    cp: Layout = Field(default=1, description="context (sequence-dimension) parallel size")
+    ep: Layout = Field(default=1, description="expert parallel size (MoE)")
+    micro_batch_sequences: Layout | None = Field(default=None, description="sequences per micro-batch")
+    virtual_pipeline_stages: Layout | None = Field(
+        default=None, description="interleaved pipeline: model chunks per pipeline rank (needs pp > 1)"
+    )
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1)")
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(
+        default=0, description="ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters sharded"
+    )
+    fsdp: bool = Field(default=False, description="PyTorch FSDP (full sharding is ZeRO-3's equivalent)")
+    recompute: RecomputeName = Field(
+        default="none", description="activation recomputation: counted in HFU, never in MFU"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ParallelLayout:
+        if self.virtual_pipeline_stages is not None and self.virtual_pipeline_stages > 1 and self.pp == 1:
+            raise ValueError("virtual_pipeline_stages > 1 needs pipeline parallelism (pp > 1)")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tensor parallelism (tp > 1)")
+        return self
+
+
+class RunCreate(ApiModel):
+    """A training run as the scheduler knows it when the job starts."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_CREATE_EXAMPLE]})
+
+    model: ModelRef
+    hardware: HardwareRef
+    precision: PrecisionName = "bf16"
+    seq_len_tokens: Annotated[int, Field(gt=0, le=100_000_000)]
+    global_batch_tokens: Annotated[int, Field(gt=0, le=10**12)] | None = Field(
+        default=None, description="tokens per optimizer step (or give global_batch_sequences)"
+    )
+    global_batch_sequences: Annotated[int, Field(gt=0, le=10**9)] | None = Field(
+        default=None, description="sequences per optimizer step (tokens = sequences × seq_len_tokens)"
+    )
+    parallelism: ParallelLayout = Field(default_factory=ParallelLayout)
+    framework: str | None = Field(default=None, max_length=100, examples=["megatron-lm 0.9"])
+    cluster: str | None = Field(default=None, min_length=1, max_length=200)
+    scheduler_job_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="the scheduler's job id; with cluster and attempt it names one run per tenant",
+    )
+    attempt: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None, description="restart attempt of the job (default 0 when a job id is given)"
+    )
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    token_budget_tokens: Annotated[int, Field(gt=0, le=10**16)] | None = Field(
+        default=None, description="tokens the run is meant to train on"
+    )
+    price_per_device_hour: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
+        default=None, description="price of one device for one hour, in the caller's currency"
+    )
+    convention: ConventionName = Field(default="palm", description="FLOPs convention for MFU")
+    started_at: AwareDatetime | None = Field(default=None, description="default: now (UTC)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunCreate:
+        if (self.global_batch_tokens is None) == (self.global_batch_sequences is None):
+            raise ValueError("give exactly one of global_batch_tokens or global_batch_sequences")
+        if self.scheduler_job_id is not None and self.cluster is None:
+            raise ValueError("scheduler_job_id needs cluster: job ids are unique within a cluster only")
+        if self.attempt is not None and self.scheduler_job_id is None:
+            raise ValueError("attempt goes with scheduler_job_id")
+        return self
+
+
+class ParallelLayoutRead(ApiModel):
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    micro_batch_sequences: int | None
+    virtual_pipeline_stages: int | None
+    sequence_parallel: bool
+    zero_stage: int
+    fsdp: bool
+    recompute: RecomputeName
+
+
+class ParameterCountsRead(ApiModel):
+    total: int = Field(description="every parameter (all experts of a MoE)")
+    active_per_token: int
+    non_embedding: int
+
+
+class RunSummary(ApiModel):
+    """Kept up to date on every ingest (no history is read to answer it)."""
+
+    measurement_count: int
+    first_measured_at: datetime | None
+    latest_step: int | None = Field(description="the highest step measured")
+    latest_measured_at: datetime | None = Field(description="time of the highest step")
+    latest_mfu: float | None
+    median_mfu: float | None = Field(
+        description="median MFU over all measurements, read from the run's histogram (within 0.001)"
+    )
+    latest_tokens_per_second: float | None
+    tokens_so_far: int = Field(description="latest_step × global_batch_tokens (a step is a completed update)")
+    seconds_to_budget: float | None = Field(
+        description="time left to token_budget_tokens at the latest measured tokens/s"
+    )
+
+
+class RunLinks(ApiModel):
+    self: str
+    measurements: str
+    efficiency: str
+
+
+class RunRead(ApiModel):
+    id: str
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    model: ModelRef = Field(description="as sent")
+    model_name: str = Field(description="preset id, the dimensions' name, or the config's name")
+    parameters: ParameterCountsRead
+    size_class: SizeClassName = Field(description="by total parameters: <1B, 1-10B, 10-100B, ≥100B")
+    hardware: HardwareRef = Field(description="as sent")
+    accelerator_id: str = Field(description="catalog id, or `custom`")
+    accelerator_name: str
+    device_count: int
+    precision: PrecisionName
+    seq_len_tokens: int
+    global_batch_tokens: int
+    global_batch_sequences: int | None
+    parallelism: ParallelLayoutRead
+    framework: str | None
+    cluster: str | None
+    scheduler_job_id: str | None
+    attempt: int | None
+    tags: list[str]
+    token_budget_tokens: int | None
+    price_per_device_hour: float | None
+    convention: ConventionName
+    model_flops_per_token: float = Field(description="training FLOPs per token, no recomputation (MFU)")
+    hardware_flops_per_token: float = Field(description="with the declared recomputation (HFU)")
+    peak_tflops_per_device: float = Field(description="dense peak at the run's precision")
+    summary: RunSummary
+    links: RunLinks
+
+
+class RunPage(ApiModel):
+    items: list[RunRead]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last")
+    limit: int
+    sort: RunSort
+    order: SortOrder
+
+
+class RunUpdate(ApiModel):
+    """Change status, tags, finish time, budget or price. ``running`` → ``finished`` | ``failed``;
+    those two are final (another status is 409; the same one again is a no-op). ``tags`` replaces the
+    tag set; ``add_tags`` / ``remove_tags`` edit it (not together with ``tags``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"status": "finished", "finished_at": "2026-12-02T18:30:00Z", "add_tags": ["baseline"]}
+            ]
+        }
+    )
+
+    status: RunStatus | None = None
+    finished_at: AwareDatetime | None = Field(
+        default=None, description="default: now, when the status becomes finished or failed"
+    )
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    add_tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    remove_tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    token_budget_tokens: Annotated[int, Field(gt=0, le=10**16)] | None = Field(
+        default=None, description="null clears it"
+    )
+    price_per_device_hour: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
+        default=None, description="null clears it"
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_tag(self) -> RunUpdate:
+        if self.tags is not None and (self.add_tags is not None or self.remove_tags is not None):
+            raise ValueError("give tags (replace) or add_tags/remove_tags (edit), not both")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Measurements
+
+
+_Positive = Annotated[float | None, Field(gt=0)]
+_PositiveCount = Annotated[int | None, Field(gt=0, le=10**12)]
+THROUGHPUT_FORMS = (
+    "tokens_per_second",
+    "tokens_per_second_per_device",
+    "step_time_seconds",
+    "sequences_per_second",
+)
+
+
+_RATE_FORMS = frozenset(THROUGHPUT_FORMS) - {"step_time_seconds"}
+
+
+@with_config(ConfigDict(extra="forbid", allow_inf_nan=False, title="ThroughputItem"))
+class ThroughputItem(TypedDict, total=False):
+    """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),
+    ``tokens_per_second_per_device``, ``step_time_seconds`` with ``global_batch_tokens`` or
+    ``global_batch_sequences``, or ``sequences_per_second`` (global samples/s)."""
+
+    # ThroughputIn as a plain dict (same fields, constraints and rules; a test holds the two to the
+    # same answers): ingest validates up to 10,000 per request.
+    tokens_per_second: _Positive
+    tokens_per_second_per_device: _Positive
+    step_time_seconds: _Positive
+    global_batch_tokens: _PositiveCount
+    global_batch_sequences: _PositiveCount
+    sequences_per_second: _Positive
+
+
+def _one_throughput_form(value: ThroughputItem) -> ThroughputItem:
+    """ThroughputIn's rule: exactly one form; a batch size with a step time, and only then."""
+    if len(value) == 1:  # the common case, decided without building anything
+        ((name, given),) = value.items()
+        if given is not None and name in _RATE_FORMS:
+            return value
+    forms = [name for name in THROUGHPUT_FORMS if value.get(name) is not None]
+    if len(forms) != 1:
+        raise ValueError(
+            "give exactly one throughput form: tokens_per_second, tokens_per_second_per_device, "
+            "step_time_seconds (+ global_batch_tokens or global_batch_sequences), or sequences_per_second"
+            + (f" (got {', '.join(forms)})" if forms else "")
+        )
+    batch_given = (value.get("global_batch_tokens") is not None) + (
+        value.get("global_batch_sequences") is not None
+    )
+    if forms[0] == "step_time_seconds" and batch_given != 1:
+        raise ValueError(
+            "with step_time_seconds give exactly one of global_batch_tokens or global_batch_sequences"
+        )
+    if forms[0] != "step_time_seconds" and batch_given:
+        raise ValueError("global_batch_tokens / global_batch_sequences go with step_time_seconds only")
+    return value
+
+
+@with_config(ConfigDict(extra="forbid", allow_inf_nan=False, title="MeasurementIn"))
+class MeasurementIn(TypedDict):
+    """One measurement. A (run, step) is stored once: a repeated step is ignored (first write wins)."""
+
+    # A TypedDict rather than a model: ingest validates up to 10,000 per request straight from the
+    # JSON, and plain dicts are several times cheaper to build than model instances (measured: 13 ms
+    # against 48 ms for 10,000).
+
+    step: Annotated[int, Field(ge=0, le=10**12, description="completed optimizer steps")]
+    time: NotRequired[
+        Annotated[AwareDatetime | None, Field(description="when it was measured; default: now")]
+    ]
+    throughput: Annotated[ThroughputItem, AfterValidator(_one_throughput_form)]
+    loss: NotRequired[Annotated[float | None, Field(ge=0, description="nats per token")]]
+    memory_bytes: NotRequired[
+        Annotated[
+            int | None, Field(ge=0, le=10**15, description="device memory in use (peak allocated), bytes")
+        ]
+    ]
+    grad_norm_sq_small: NotRequired[
+        Annotated[
+            float | None,
+            Field(ge=0, description="|G|² at batch_small_tokens (McCandlish et al. 2018 App. A)"),
+        ]
+    ]
+    grad_norm_sq_big: NotRequired[
+        Annotated[float | None, Field(ge=0, description="|G|² at batch_big_tokens")]
+    ]
+    batch_small_tokens: NotRequired[Annotated[int | None, Field(gt=0, le=10**12)]]
+    batch_big_tokens: NotRequired[Annotated[int | None, Field(gt=0, le=10**12)]]
+
+
+_NOISE_FIELDS = ("grad_norm_sq_small", "grad_norm_sq_big", "batch_small_tokens", "batch_big_tokens")
+
+
+def _noise_readings_together(item: MeasurementIn) -> MeasurementIn:
+    if item.keys().isdisjoint(_NOISE_FIELDS):  # the common case
+        return item
+    given = [name for name in _NOISE_FIELDS if item.get(name) is not None]
+    if given and len(given) != len(_NOISE_FIELDS):
+        raise ValueError(
+            "gradient-noise readings go together: grad_norm_sq_small, grad_norm_sq_big, "
+            "batch_small_tokens and batch_big_tokens"
+        )
+    if given and item["batch_big_tokens"] <= item["batch_small_tokens"]:  # type: ignore[operator]
+        raise ValueError("batch_big_tokens must be larger than batch_small_tokens")
+    return item
+
+
+#: What the ingest endpoint validates each item against.
+MeasurementItem = Annotated[MeasurementIn, AfterValidator(_noise_readings_together)]
+
+
+MEASUREMENT_EXAMPLE: dict[str, Any] = {
+    "step": 1200,
+    "time": "2026-12-02T12:00:00Z",
+    "throughput": {"tokens_per_second": 1.1e6},
+    "loss": 2.31,
+    "memory_bytes": 61_000_000_000,
+}
+MEASUREMENTS_EXAMPLE: list[dict[str, Any]] = [
+    MEASUREMENT_EXAMPLE,
+    {
+        "step": 1300,
+        "time": "2026-12-02T12:06:00Z",
+        "throughput": {"step_time_seconds": 3.7, "global_batch_tokens": 4194304},
+        "loss": 2.29,
+    },
+]
+
+
+class MeasurementRead(ApiModel):
+    step: int
+    time: datetime
+    throughput: ThroughputIn = Field(description="as sent")
+    tokens_per_second: float = Field(description="global tokens/s the throughput amounts to")
+    tokens_per_second_per_device: float
+    mfu: float
+    hfu: float
+    achieved_tflops_per_device: float
+    loss: float | None
+    memory_bytes: int | None
+    grad_norm_sq_small: float | None
+    grad_norm_sq_big: float | None
+    batch_small_tokens: int | None
+    batch_big_tokens: int | None
+
+
+class MeasurementPage(ApiModel):
+    items: list[MeasurementRead]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last")
+    limit: int
+
+
+class MeasurementsAdded(ApiModel):
+    run_id: str
+    received: int
+    stored: int
+    ignored_steps: list[int] = Field(
+        description="steps already stored for this run (or repeated in this request): not changed"
+    )
+    summary: RunSummary
+
+
+# --------------------------------------------------------------------------------------------------
+# Efficiency
+
+
+class MfuDistribution(ApiModel):
+    median: float | None
+    p10: float | None
+    p90: float | None
+    latest: float | None
+    latest_hfu: float | None
+    bin_width: float = Field(description="resolution of the histogram the percentiles are read from")
+
+
+class MfuTrend(ApiModel):
+    slope_mfu_per_hour: float | None = Field(description="least-squares slope against hours measured")
+    first_quartile_mean_mfu: float = Field(
+        description="mean MFU of the first quarter of measurements (by time)"
+    )
+    last_quartile_mean_mfu: float
+    quartile_change: float = Field(description="last minus first quarter, MFU fraction")
+    quartile_change_relative: float | None = Field(description="quartile_change ÷ first quarter")
+    hours_covered: float
+    measurements: int
+    method: str
+
+
+class SeriesPointRead(ApiModel):
+    time: datetime
+    hours_since_first: float
+    step: int | None = Field(description="highest step in the point")
+    mfu: float = Field(description="mean MFU of the measurements the point stands for")
+    mfu_min: float
+    mfu_max: float
+    tokens_per_second: float | None
+    measurements: int
+
+
+class RunEfficiency(ApiModel):
+    run_id: str
+    status: RunStatus
+    convention: ConventionName
+    precision: PrecisionName
+    peak_tflops_per_device: float
+    measurement_count: int
+    mfu: MfuDistribution
+    trend: MfuTrend | None
+    series: list[SeriesPointRead] = Field(description="MFU over time, at most 240 points (bucket means)")
+    tokens_so_far: int
+    tokens_method: str
+    current_tokens_per_second: float | None = Field(description="the latest measurement's")
+    token_budget_tokens: int | None
+    budget_fraction_done: float | None
+    seconds_to_budget: float | None
+    estimated_budget_reached_at: datetime | None
+    prediction: dict[str, Any] | None = Field(
+        default=None,
+        description="predicted vs measured (step time, MFU, the gap broken down): reserved for the "
+        "performance model; null until it is wired in",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Compare
+
+
+class RunCompareRequest(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"run_ids": ["run_5f0c2a9b1d3e4f6a7b8c", "run_9e8d7c6b5a4f3e2d1c0b"]}]
+        }
+    )
+
+    run_ids: list[Annotated[str, Field(min_length=1, max_length=32)]] = Field(min_length=2, max_length=20)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> RunCompareRequest:
+        if len(set(self.run_ids)) != len(self.run_ids):
+            raise ValueError("run_ids must be distinct")
+        return self
+
+
+ConfigValue = str | int | float | bool | None
+
+
+class RunComparisonItem(ApiModel):
+    run_id: str
+    status: RunStatus
+    model_name: str
+    accelerator_id: str
+    device_count: int
+    median_mfu: float | None
+    latest_mfu: float | None
+    median_tflops_per_device: float | None = Field(
+        description="achieved TFLOP/s per device at the median MFU"
+    )
+    median_tokens_per_second_per_device: float | None
+    latest_tokens_per_second_per_device: float | None
+    cost_per_billion_tokens: float | None = Field(
+        description="at the median throughput, when price_per_device_hour is known"
+    )
+    tokens_so_far: int
+    token_budget_tokens: int | None
+    seconds_to_budget: float | None = Field(description="at the latest measured tokens/s")
+    seconds_for_budget_at_median: float | None = Field(
+        description="the whole token budget at the median throughput"
+    )
+    configuration: dict[str, ConfigValue]
+
+
+class RunComparison(ApiModel):
+    runs: list[RunComparisonItem]
+    differing_fields: list[str] = Field(
+        description="configuration fields whose values differ across the runs"
+    )
+    same_fields: dict[str, ConfigValue] = Field(description="configuration every run shares")
+    best_median_mfu_run_id: str | None

@@ -1,0 +1,1 @@
+"""Orchestration between the API, the domain and the store (one place commits)."""

@@ -1,0 +1,289 @@
+"""Run and fleet statistics: size classes, MFU histograms and their percentiles, trends, run economics.
+
+Pure functions over plain numbers; the store keeps the histograms, this module reads them.
+
+Histograms
+    MFU (a fraction in [0, 1]) is counted in :data:`MFU_BINS` bins of width :data:`MFU_BIN_WIDTH`
+    (0.001, i.e. 0.1 percentage point): bin k holds [k·w, (k+1)·w); an MFU of exactly 1 falls in the
+    last bin. A percentile is the usual interpolation between order statistics, each read from its bin
+    (its values spread evenly across the bin), so it is within one bin width of the exact percentile.
+    The same reading gives a run's median MFU (from its per-run histogram) and the fleet's percentiles
+    of run medians (from the fleet histogram).
+Percentile rank
+    Mid-rank: (runs in lower bins + half the runs in the same bin) / runs in the group, a fraction.
+Size classes
+    By total parameters (every expert of a MoE counts): below 1B, 1B-10B, 10B-100B, 100B and above;
+    the lower bound belongs to the class (a 1.0e9-parameter model is ``1b_to_10b``).
+Trend
+    Least-squares slope of MFU against hours since the first measurement (weighted by how many
+    measurements a point stands for), and the change from the mean MFU of the first quarter of the
+    measurements (by time) to that of the last quarter.
+Tokens so far
+    ``latest step × global batch tokens``: a step is a completed optimizer step (Hugging Face
+    Trainer's ``global_step``, Megatron's iteration), so step N means N batches consumed. This needs no
+    history and is not fooled by restarts (integrating tokens/s over wall-clock would count the hours a
+    job was down). A batch ramp (smaller batches early) makes it an over-estimate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from service.domain.errors import InvalidInput
+from service.domain.estimates import SECONDS_PER_HOUR, compute_time_seconds
+
+SizeClass = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
+SIZE_CLASSES: tuple[str, ...] = get_args(SizeClass)
+#: Lower bound (total parameters) of each size class, in SIZE_CLASSES order.
+SIZE_CLASS_LOWER_BOUNDS: tuple[float, ...] = (0.0, 1e9, 1e10, 1e11)
+
+MFU_BIN_WIDTH = 0.001
+MFU_BINS = 1000
+#: Fleet groups with fewer runs than this are not shown across tenants (aggregates only).
+MIN_FLEET_GROUP_RUNS = 5
+FLEET_PERCENTILES: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 0.90)
+BILLION = 1e9
+
+
+def size_class(total_parameters: float) -> SizeClass:
+    """The size class of a model with ``total_parameters`` (module docstring)."""
+    if isinstance(total_parameters, bool) or not isinstance(total_parameters, int | float):
+        raise InvalidInput("total parameters must be a number.", field="parameters_total")
+    if not math.isfinite(total_parameters) or total_parameters <= 0:
+        raise InvalidInput(
+            f"total parameters must be positive, got {total_parameters!r}.", field="parameters_total"
+        )
+    chosen: SizeClass = "below_1b"
+    for name, lower in zip(SIZE_CLASSES, SIZE_CLASS_LOWER_BOUNDS, strict=True):
+        if total_parameters >= lower:
+            chosen = name  # type: ignore[assignment]
+    return chosen
+
+
+def mfu_bin(mfu: float) -> int:
+    """The histogram bin of an MFU in [0, 1] (an MFU of exactly 1 is in the last bin)."""
+    if not 0.0 <= mfu <= 1.0:
+        raise InvalidInput(f"MFU must be a fraction in [0, 1], got {mfu!r}.", field="mfu")
+    return min(int(mfu / MFU_BIN_WIDTH), MFU_BINS - 1)
+
+
+def bin_counts(mfus: Iterable[float]) -> dict[int, int]:
+    """How many of ``mfus`` fall in each bin."""
+    return dict(Counter(mfu_bin(value) for value in mfus))
+
+
+@dataclass(frozen=True, slots=True)
+class _Cumulative:
+    bins: list[int]
+    counts: list[int]
+    cumulative: list[int]  # values in this bin and below
+
+    @property
+    def total(self) -> int:
+        return self.cumulative[-1] if self.cumulative else 0
+
+    def order_statistic(self, k: int) -> float:
+        """The k-th smallest value (0-based), the c values of a bin taken as spread evenly across it."""
+        at = bisect.bisect_right(self.cumulative, k)
+        below = self.cumulative[at] - self.counts[at]
+        return (self.bins[at] + (k - below + 0.5) / self.counts[at]) * MFU_BIN_WIDTH
+
+    def quantile(self, q: float) -> float | None:
+        if not 0.0 <= q <= 1.0:
+            raise InvalidInput(f"a quantile must be in [0, 1], got {q!r}.", field="q")
+        if self.total == 0:
+            return None
+        position = q * (self.total - 1)
+        low = math.floor(position)
+        value = self.order_statistic(low)
+        if position > low:
+            value += (position - low) * (self.order_statistic(low + 1) - value)
+        return value
+
+
+def _cumulative(counts: Mapping[int, int]) -> _Cumulative:
+    ordered = sorted((b, c) for b, c in counts.items() if c > 0)
+    values = [c for _, c in ordered]
+    return _Cumulative([b for b, _ in ordered], values, list(itertools.accumulate(values)))
+
+
+def percentile_from_histogram(counts: Mapping[int, int], q: float) -> float | None:
+    """The q-quantile (q in [0, 1]) of the values counted in ``counts`` (bin → count); None when empty.
+
+    The usual linear interpolation between order statistics (NumPy's default, ``statistics.quantiles``
+    "inclusive": position q·(N−1)), each order statistic read from its bin with a bin's values spread
+    evenly across it. So the answer is within one bin width of the exact quantile, and the median of
+    two runs is their mean.
+    """
+    return _cumulative(counts).quantile(q)
+
+
+def percentiles_from_histogram(
+    counts: Mapping[int, int], quantiles: Sequence[float] = FLEET_PERCENTILES
+) -> dict[float, float | None]:
+    """Several quantiles of one histogram (sorted once)."""
+    cumulative = _cumulative(counts)
+    return {q: cumulative.quantile(q) for q in quantiles}
+
+
+def percentile_rank(counts: Mapping[int, int], bin_index: int) -> float | None:
+    """Mid-rank of a value in bin ``bin_index`` among the values counted (a fraction); None when empty."""
+    total = sum(c for c in counts.values() if c > 0)
+    if total == 0:
+        return None
+    below = sum(c for b, c in counts.items() if b < bin_index and c > 0)
+    same = max(counts.get(bin_index, 0), 0)
+    return (below + 0.5 * same) / total
+
+
+# --------------------------------------------------------------------------------------------------
+# Trend over time
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """One point of an MFU series: a single measurement (``count`` 1) or a bucket of them.
+
+    ``hours`` is the time since the run's first measurement (the bucket's midpoint in time), ``mfu``
+    the mean MFU of the measurements it stands for, ``mfu_min``/``mfu_max`` their range.
+    """
+
+    hours: float
+    mfu: float
+    count: int = 1
+    mfu_min: float | None = None
+    mfu_max: float | None = None
+    step: int | None = None
+    tokens_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """Direction of MFU over a run (module docstring). Fractions; ``slope`` in MFU per hour."""
+
+    slope_mfu_per_hour: float | None
+    first_quartile_mean_mfu: float
+    last_quartile_mean_mfu: float
+    quartile_change: float
+    quartile_change_relative: float | None
+    hours_covered: float
+    measurements: int
+
+
+def _quarter_mean(points: Sequence[SeriesPoint], weight_wanted: float) -> float:
+    taken = 0.0
+    total = 0.0
+    for point in points:
+        if taken >= weight_wanted:
+            break
+        weight = min(float(point.count), weight_wanted - taken)
+        total += weight * point.mfu
+        taken += weight
+    return total / taken
+
+
+def mfu_trend(points: Sequence[SeriesPoint]) -> Trend | None:
+    """The trend of an MFU series (points in time order); None with no points.
+
+    The slope is None while every point has the same time (one measurement, or one timestamp).
+    """
+    ordered = sorted(points, key=lambda p: p.hours)
+    n = sum(p.count for p in ordered)
+    if n == 0:
+        return None
+    mean_x = sum(p.count * p.hours for p in ordered) / n
+    mean_y = sum(p.count * p.mfu for p in ordered) / n
+    sxx = sum(p.count * (p.hours - mean_x) ** 2 for p in ordered)
+    sxy = sum(p.count * (p.hours - mean_x) * (p.mfu - mean_y) for p in ordered)
+    slope = sxy / sxx if sxx > 1e-18 else None
+    quarter = n / 4
+    first = _quarter_mean(ordered, quarter)
+    last = _quarter_mean(list(reversed(ordered)), quarter)
+    change = last - first
+    return Trend(
+        slope_mfu_per_hour=slope,
+        first_quartile_mean_mfu=first,
+        last_quartile_mean_mfu=last,
+        quartile_change=change,
+        quartile_change_relative=change / first if first > 0 else None,
+        hours_covered=ordered[-1].hours - ordered[0].hours,
+        measurements=n,
+    )
+
+
+def downsample(points: Sequence[SeriesPoint], max_points: int) -> list[SeriesPoint]:
+    """At most ``max_points`` points: consecutive runs of equal count merged into their mean
+    (time midpoint, mean MFU, min/max kept), so a chart of a million measurements stays readable."""
+    if max_points <= 0:
+        raise InvalidInput("max_points must be positive.", field="max_points")
+    if len(points) <= max_points:
+        return list(points)
+    size = math.ceil(len(points) / max_points)
+    merged: list[SeriesPoint] = []
+    for start in range(0, len(points), size):
+        group = points[start : start + size]
+        count = sum(p.count for p in group)
+        merged.append(
+            SeriesPoint(
+                hours=(group[0].hours + group[-1].hours) / 2,
+                mfu=sum(p.count * p.mfu for p in group) / count,
+                count=count,
+                mfu_min=min(p.mfu if p.mfu_min is None else p.mfu_min for p in group),
+                mfu_max=max(p.mfu if p.mfu_max is None else p.mfu_max for p in group),
+                step=group[-1].step,
+                tokens_per_second=_weighted_rate(group, count),
+            )
+        )
+    return merged
+
+
+def _weighted_rate(group: Sequence[SeriesPoint], count: int) -> float | None:
+    rates = [(p.count, p.tokens_per_second) for p in group]
+    if any(rate is None for _, rate in rates):
+        return None
+    return sum(n * rate for n, rate in rates if rate is not None) / count
+
+
+# --------------------------------------------------------------------------------------------------
+# Run economics
+
+
+def tokens_so_far(*, latest_step: int | None, global_batch_tokens: int) -> int:
+    """Tokens consumed by a run whose latest completed optimizer step is ``latest_step``
+    (module docstring: step × global batch)."""
+    if latest_step is None:
+        return 0
+    return max(latest_step, 0) * global_batch_tokens
+
+
+def seconds_to_budget(*, token_budget: float, tokens_done: float, tokens_per_second: float) -> float:
+    """Seconds until ``token_budget`` tokens at ``tokens_per_second`` (0 once it is reached)."""
+    if tokens_per_second <= 0:
+        raise InvalidInput("tokens_per_second must be positive.", field="tokens_per_second")
+    return max(token_budget - tokens_done, 0.0) / tokens_per_second
+
+
+def seconds_per_billion_tokens(
+    *, model_flops_per_token: float, device_count: int, peak_flops_per_device: float, mfu: float
+) -> float:
+    """Wall-clock seconds for 10^9 tokens at ``mfu`` (the time formula of
+    :func:`service.domain.estimates.compute_time_seconds`)."""
+    return compute_time_seconds(
+        BILLION * model_flops_per_token,
+        device_count=device_count,
+        peak_flops_per_device=peak_flops_per_device,
+        mfu=mfu,
+    )
+
+
+def cost_per_billion_tokens(
+    *, seconds_per_billion: float, device_count: int, price_per_device_hour: float
+) -> float:
+    """Price of 10^9 tokens: device-hours they take × price per device-hour."""
+    return seconds_per_billion / SECONDS_PER_HOUR * device_count * price_per_device_hour

@@ -1,0 +1,685 @@
+"""The run store: runs, tags, measurements, MFU histograms and Idempotency-Key records.
+
+Repository functions over a connection inside a unit of work (the caller commits). Every query on
+runs names the tenant; a run of another tenant is simply not found. Nothing here computes a formula:
+the values (MFU, bins, medians) come in already computed by the domain.
+
+Concurrency: SQLite write units hold the database write lock from BEGIN, so a read-then-write is
+safe. On PostgreSQL the run row is locked (``SELECT ... FOR UPDATE``) before its measurements or
+summary change, uniqueness lives in constraints (a lost race is an IntegrityError the caller maps),
+and histogram rows are always changed in one order (tenant table, then fleet table, bins ascending)
+so two ingests never deadlock.
+"""
+
+from __future__ import annotations
+
+import operator
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, Literal
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Select,
+    Table,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from service.store.tables import (
+    NO_MFU,
+    fleet_mfu_bins,
+    idempotency_keys,
+    measurements,
+    run_mfu_bins,
+    run_tags,
+    runs,
+    tenant_mfu_bins,
+)
+
+RUN_ID_PREFIX = "run_"
+#: The accelerator value of caller-described parts: their peaks are the caller's, so they are
+#: counted in the caller's own statistics but not across tenants.
+CUSTOM_ACCELERATOR = "custom"
+
+
+def new_run_id() -> str:
+    return RUN_ID_PREFIX + secrets.token_hex(10)
+
+
+# --------------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    pk: int
+    id: str
+    tenant: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    spec: dict[str, Any]
+    model_name: str
+    parameters_total: int
+    parameters_active: int
+    parameters_non_embedding: int
+    size_class: str
+    accelerator: str
+    accelerator_name: str
+    device_count: int
+    precision: str
+    seq_len_tokens: int
+    global_batch_tokens: int
+    convention: str
+    recompute: str
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    peak_tflops_per_device: float
+    framework: str | None
+    cluster: str | None
+    scheduler_job_id: str | None
+    attempt: int | None
+    token_budget_tokens: int | None
+    price_per_device_hour: float | None
+    measurement_count: int
+    first_measured_at: datetime | None
+    latest_step: int | None
+    latest_measured_at: datetime | None
+    latest_mfu: float | None
+    latest_tokens_per_second: float | None
+    median_mfu: float | None
+    fleet_bin: int | None
+    tags: tuple[str, ...] = ()
+
+    @property
+    def in_fleet(self) -> bool:
+        """Whether the run counts in the cross-tenant statistics."""
+        return self.accelerator != CUSTOM_ACCELERATOR
+
+
+_RUN_FIELDS = tuple(name for name in RunRecord.__dataclass_fields__ if name != "tags")
+
+
+def _record(row: Row[Any], tags: Sequence[str] = ()) -> RunRecord:
+    values = {name: getattr(row, name) for name in _RUN_FIELDS}
+    if values["median_mfu"] is not None and values["median_mfu"] < 0:
+        values["median_mfu"] = None
+    return RunRecord(**values, tags=tuple(tags))
+
+
+# --------------------------------------------------------------------------------------------------
+# Runs
+
+
+def create_run(
+    connection: Connection, *, tenant: str, values: Mapping[str, Any], tags: Sequence[str]
+) -> RunRecord:
+    """Insert a run (``values``: the runs columns except pk, id, tenant, the summary) and its tags.
+
+    Raises IntegrityError when (tenant, cluster, scheduler_job_id, attempt) is taken.
+    """
+    run_id = new_run_id()
+    pk = connection.execute(
+        insert(runs)
+        .values(id=run_id, tenant=tenant, measurement_count=0, median_mfu=NO_MFU, **values)
+        .returning(runs.c.pk)
+    ).scalar_one()
+    _insert_tags(connection, tenant=tenant, run_pk=pk, tags=tags)
+    record = get_run(connection, tenant=tenant, run_id=run_id)
+    assert record is not None
+    return record
+
+
+def find_run_by_job(
+    connection: Connection, *, tenant: str, cluster: str, scheduler_job_id: str, attempt: int
+) -> str | None:
+    """The id of the tenant's run for this scheduler job attempt, if any."""
+    return connection.execute(
+        select(runs.c.id).where(
+            runs.c.tenant == tenant,
+            runs.c.cluster == cluster,
+            runs.c.scheduler_job_id == scheduler_job_id,
+            runs.c.attempt == attempt,
+        )
+    ).scalar_one_or_none()
+
+
+def get_run(
+    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False
+) -> RunRecord | None:
+    """The tenant's run with this id; None for an unknown id or another tenant's run.
+
+    ``for_update`` locks the row until the transaction ends (PostgreSQL; SQLite writers already hold
+    the database lock).
+    """
+    query = select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)
+    if for_update:
+        query = query.with_for_update()
+    row = connection.execute(query).first()
+    if row is None:
+        return None
+    return _record(row, tags_of(connection, [row.pk]).get(row.pk, ()))
+
+
+def get_runs(connection: Connection, *, tenant: str, run_ids: Sequence[str]) -> dict[str, RunRecord]:
+    """The tenant's runs among ``run_ids``, by id (missing ids are absent)."""
+    rows = connection.execute(select(runs).where(runs.c.tenant == tenant, runs.c.id.in_(list(run_ids)))).all()
+    tags = tags_of(connection, [row.pk for row in rows])
+    return {row.id: _record(row, tags.get(row.pk, ())) for row in rows}
+
+
+def tags_of(connection: Connection, run_pks: Sequence[int]) -> dict[int, tuple[str, ...]]:
+    if not run_pks:
+        return {}
+    found: dict[int, list[str]] = {}
+    query = select(run_tags.c.run_pk, run_tags.c.tag).where(run_tags.c.run_pk.in_(list(run_pks)))
+    for run_pk, tag in connection.execute(query.order_by(run_tags.c.run_pk, run_tags.c.tag)):
+        found.setdefault(run_pk, []).append(tag)
+    return {pk: tuple(values) for pk, values in found.items()}
+
+
+def _insert_tags(connection: Connection, *, tenant: str, run_pk: int, tags: Iterable[str]) -> None:
+    rows = [{"run_pk": run_pk, "tag": tag, "tenant": tenant} for tag in sorted(set(tags))]
+    if rows:
+        connection.execute(insert(run_tags), rows)
+
+
+def replace_tags(connection: Connection, *, tenant: str, run_pk: int, tags: Iterable[str]) -> None:
+    connection.execute(delete(run_tags).where(run_tags.c.run_pk == run_pk))
+    _insert_tags(connection, tenant=tenant, run_pk=run_pk, tags=tags)
+
+
+def update_run(connection: Connection, *, run_pk: int, values: Mapping[str, Any]) -> None:
+    """Set columns of a run (the caller checked the tenant and locked the row)."""
+    if values:
+        connection.execute(update(runs).where(runs.c.pk == run_pk).values(**values))
+
+
+def delete_run(connection: Connection, *, run: RunRecord) -> None:
+    """Delete a run; its measurements, tags and histogram go with it (ON DELETE CASCADE), and its
+    median leaves the tenant and fleet histograms in the same transaction."""
+    if run.fleet_bin is not None:
+        move_run_in_histograms(connection, run=run, old_bin=run.fleet_bin, new_bin=None)
+    connection.execute(delete(runs).where(runs.c.pk == run.pk, runs.c.tenant == run.tenant))
+
+
+# --------------------------------------------------------------------------------------------------
+# Listing with keyset pagination
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilters:
+    accelerator: str | None = None
+    model: str | None = None
+    min_parameters: int | None = None
+    max_parameters: int | None = None
+    tags: tuple[str, ...] = ()
+    cluster: str | None = None
+    status: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    min_mfu: float | None = None
+    max_mfu: float | None = None
+
+
+SortField = Literal["started_at", "median_mfu"]
+
+
+def list_runs(
+    connection: Connection,
+    *,
+    tenant: str,
+    filters: RunFilters,
+    sort: SortField,
+    descending: bool,
+    limit: int,
+    after: tuple[Any, int] | None = None,
+) -> list[RunRecord]:
+    """One page of the tenant's runs ordered by (``sort``, pk), starting after the keyset ``after``
+    ((sort value, pk) of the last row of the previous page). Runs inserted while a client pages never
+    shift the rows it has yet to see: the position is a value, not an offset.
+    """
+    column = runs.c.started_at if sort == "started_at" else runs.c.median_mfu
+    query: Select[Any] = select(runs).where(runs.c.tenant == tenant, *_conditions(tenant, filters))
+    if after is not None:
+        key = tuple_(column, runs.c.pk)
+        position = tuple_(_bind_like(column, after[0]), _bind_like(runs.c.pk, after[1]))
+        query = query.where(key < position if descending else key > position)
+    if descending:
+        query = query.order_by(column.desc(), runs.c.pk.desc())
+    else:
+        query = query.order_by(column.asc(), runs.c.pk.asc())
+    rows = connection.execute(query.limit(limit)).all()
+    tags = tags_of(connection, [row.pk for row in rows])
+    return [_record(row, tags.get(row.pk, ())) for row in rows]
+
+
+def _bind_like(column: Any, value: Any) -> ColumnElement[Any]:
+    return literal(value, type_=column.type)
+
+
+def _conditions(tenant: str, filters: RunFilters) -> list[ColumnElement[bool]]:
+    c = runs.c
+    conditions: list[ColumnElement[bool]] = []
+    if filters.accelerator is not None:
+        conditions.append(c.accelerator == filters.accelerator)
+    if filters.model is not None:
+        conditions.append(c.model_name == filters.model)
+    if filters.min_parameters is not None:
+        conditions.append(c.parameters_total >= filters.min_parameters)
+    if filters.max_parameters is not None:
+        conditions.append(c.parameters_total <= filters.max_parameters)
+    if filters.cluster is not None:
+        conditions.append(c.cluster == filters.cluster)
+    if filters.status is not None:
+        conditions.append(c.status == filters.status)
+    if filters.started_after is not None:
+        conditions.append(c.started_at >= filters.started_after)
+    if filters.started_before is not None:
+        conditions.append(c.started_at < filters.started_before)
+    if filters.min_mfu is not None or filters.max_mfu is not None:
+        conditions.append(c.median_mfu >= (filters.min_mfu if filters.min_mfu is not None else 0.0))
+    if filters.max_mfu is not None:
+        conditions.append(c.median_mfu <= filters.max_mfu)
+    for tag in filters.tags:
+        conditions.append(
+            exists().where(run_tags.c.tenant == tenant, run_tags.c.tag == tag, run_tags.c.run_pk == c.pk)
+        )
+    return conditions
+
+
+# --------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def existing_steps(connection: Connection, *, run_pk: int, first: int, last: int) -> set[int]:
+    """Steps of the run already stored in [first, last] (a range scan of the primary key)."""
+    query = select(measurements.c.step).where(
+        measurements.c.run_pk == run_pk, measurements.c.step >= first, measurements.c.step <= last
+    )
+    return set(connection.execute(query).scalars())
+
+
+_MEASUREMENT_COLUMNS = tuple(column.name for column in measurements.columns)
+
+
+@dataclass(frozen=True, slots=True)
+class _DriverInsert:
+    sql: str
+    # Positional drivers (SQLite): row dict → parameter tuple, and where the time sits in it.
+    as_tuple: Callable[[dict[str, Any]], tuple[Any, ...]] | None
+    time_index: int
+
+
+@lru_cache(maxsize=4)
+def _measurement_insert(dialect: Dialect) -> _DriverInsert:
+    """The INSERT in the driver's parameter style (compiled once per dialect)."""
+    compiled = insert(measurements).compile(dialect=dialect, column_keys=list(_MEASUREMENT_COLUMNS))
+    if compiled.positional:
+        order = tuple(compiled.positiontup or ())
+        return _DriverInsert(str(compiled), operator.itemgetter(*order), order.index("measured_at"))
+    return _DriverInsert(str(compiled), None, -1)
+
+
+def _sqlite_time(value: datetime) -> str:
+    """What UtcDateTime binds on SQLite, without its per-value dispatch: naive UTC text in
+    SQLAlchemy's format (so rows written here and through Core read back and sort alike)."""
+    offset = value.utcoffset()
+    if offset is None:
+        raise ValueError("naive datetime given; timestamps must be timezone-aware")
+    if offset:
+        value = value.astimezone(UTC)
+    return value.isoformat(" ", "microseconds")[:26]
+
+
+def insert_measurements(connection: Connection, *, rows: list[dict[str, Any]]) -> None:
+    """Insert measurement rows (each a dict with every column, times tz-aware) in one go at the
+    driver: 10,000 rows per request would otherwise spend most of their time in SQLAlchemy's
+    per-row parameter handling. SQLite: one executemany; PostgreSQL: COPY."""
+    if not rows:
+        return
+    if connection.dialect.name == "postgresql":
+        _copy_measurements(connection, rows)
+        return
+    driver = _measurement_insert(connection.dialect)
+    assert driver.as_tuple is not None
+    at, as_tuple = driver.time_index, driver.as_tuple
+    parameters = []
+    for row in rows:
+        values = as_tuple(row)
+        parameters.append((*values[:at], _sqlite_time(values[at]), *values[at + 1 :]))
+    connection.exec_driver_sql(driver.sql, parameters)
+
+
+_COPY_MEASUREMENTS = f"COPY measurements ({', '.join(_MEASUREMENT_COLUMNS)}) FROM STDIN"
+
+
+def _copy_measurements(connection: Connection, rows: list[dict[str, Any]]) -> None:
+    """PostgreSQL: COPY the rows in (inside the unit of work's transaction); several times faster
+    than an executemany of INSERTs. psycopg sends aware datetimes as timestamptz."""
+    as_tuple = operator.itemgetter(*_MEASUREMENT_COLUMNS)
+    if any(row["measured_at"].tzinfo is None for row in rows):
+        raise ValueError("naive datetime given; timestamps must be timezone-aware")
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    driver_error = connection.dialect.loaded_dbapi.Error
+    try:
+        with dbapi_connection.cursor() as cursor, cursor.copy(_COPY_MEASUREMENTS) as copy:
+            for row in rows:
+                copy.write_row(as_tuple(row))
+    except driver_error as exc:
+        # What SQLAlchemy raises for the same failure elsewhere (IntegrityError, OperationalError, ...).
+        raise DBAPIError.instance(_COPY_MEASUREMENTS, None, exc, driver_error) from exc
+
+
+def add_to_run_histogram(connection: Connection, *, run_pk: int, counts: Mapping[int, int]) -> None:
+    rows = [{"run_pk": run_pk, "mfu_bin": b, "n_measurements": n} for b, n in sorted(counts.items())]
+    # The run row is locked by the caller: no other transaction touches these rows, any order will do.
+    _upsert_add(
+        connection, run_mfu_bins, rows, keys=("run_pk", "mfu_bin"), counter="n_measurements", many=True
+    )
+
+
+def run_histogram(connection: Connection, *, run_pk: int) -> dict[int, int]:
+    query = select(run_mfu_bins.c.mfu_bin, run_mfu_bins.c.n_measurements).where(
+        run_mfu_bins.c.run_pk == run_pk
+    )
+    return {b: n for b, n in connection.execute(query) if n > 0}
+
+
+def move_run_in_histograms(
+    connection: Connection, *, run: RunRecord, old_bin: int | None, new_bin: int | None
+) -> None:
+    """Move the run's median from ``old_bin`` to ``new_bin`` (None: not counted) in the tenant
+    histogram and, for catalog accelerators, the fleet histogram. Tenant rows first, then fleet rows,
+    bins ascending within each (one lock order for every transaction)."""
+    if old_bin == new_bin:
+        return
+    deltas = sorted(
+        [(b, d) for b, d in ((old_bin, -1), (new_bin, +1)) if b is not None], key=lambda item: item[0]
+    )
+    key = {"accelerator": run.accelerator, "size_class": run.size_class}
+    _upsert_add(
+        connection,
+        tenant_mfu_bins,
+        [{"tenant": run.tenant, **key, "mfu_bin": b, "n_runs": d} for b, d in deltas],
+        keys=("tenant", "accelerator", "size_class", "mfu_bin"),
+        counter="n_runs",
+    )
+    if run.in_fleet:
+        _upsert_add(
+            connection,
+            fleet_mfu_bins,
+            [{**key, "mfu_bin": b, "n_runs": d} for b, d in deltas],
+            keys=("accelerator", "size_class", "mfu_bin"),
+            counter="n_runs",
+        )
+
+
+def _upsert_add(
+    connection: Connection,
+    table: Table,
+    rows: list[dict[str, Any]],
+    *,
+    keys: tuple[str, ...],
+    counter: str,
+    many: bool = False,
+) -> None:
+    """Add each row's ``counter`` to the existing row with the same key (insert when there is none):
+    one statement per row in the given order (the lock order), or one executemany."""
+    if not rows:
+        return
+    dialect = connection.dialect.name
+    statement: Any
+    if dialect == "postgresql":
+        statement = postgresql.insert(table)
+    elif dialect == "sqlite":
+        statement = sqlite.insert(table)
+    else:  # pragma: no cover - the service supports these two
+        raise RuntimeError(f"unsupported database {dialect}")
+    statement = statement.on_conflict_do_update(
+        index_elements=list(keys), set_={counter: table.c[counter] + statement.excluded[counter]}
+    )
+    if many:
+        connection.execute(statement, rows)
+        return
+    for row in rows:
+        connection.execute(statement, row)
+
+
+def list_measurements(
+    connection: Connection,
+    *,
+    run_pk: int,
+    limit: int,
+    after_step: int | None = None,
+    min_step: int | None = None,
+    max_step: int | None = None,
+) -> list[Row[Any]]:
+    query = select(measurements).where(measurements.c.run_pk == run_pk)
+    if after_step is not None:
+        query = query.where(measurements.c.step > after_step)
+    if min_step is not None:
+        query = query.where(measurements.c.step >= min_step)
+    if max_step is not None:
+        query = query.where(measurements.c.step <= max_step)
+    return list(connection.execute(query.order_by(measurements.c.step).limit(limit)).all())
+
+
+def step_range(connection: Connection, *, run_pk: int) -> tuple[int, int]:
+    """Lowest and highest stored step of a run (two primary-key lookups)."""
+    low, high = connection.execute(
+        select(func.min(measurements.c.step), func.max(measurements.c.step)).where(
+            measurements.c.run_pk == run_pk
+        )
+    ).one()
+    return int(low), int(high)
+
+
+def measurement_points(connection: Connection, *, run_pk: int) -> list[Row[Any]]:
+    """Every measurement's (step, time, mfu, tokens/s), by step (for runs small enough to read whole)."""
+    query = (
+        select(
+            measurements.c.step,
+            measurements.c.measured_at,
+            measurements.c.mfu,
+            measurements.c.tokens_per_second,
+        )
+        .where(measurements.c.run_pk == run_pk)
+        .order_by(measurements.c.step)
+    )
+    return list(connection.execute(query).all())
+
+
+def measurement_buckets(
+    connection: Connection, *, run_pk: int, first_step: int, last_step: int, buckets: int
+) -> list[Row[Any]]:
+    """The run's measurements grouped in the database into ``buckets`` equal step ranges: per bucket
+    the count, mean/min/max MFU, mean tokens/s, first and last time, highest step."""
+    span = last_step - first_step + 1
+    bucket = ((measurements.c.step - first_step) * buckets // span).label("bucket")
+    query = (
+        select(
+            bucket,
+            func.count().label("n"),
+            func.avg(measurements.c.mfu).label("mfu"),
+            func.min(measurements.c.mfu).label("mfu_min"),
+            func.max(measurements.c.mfu).label("mfu_max"),
+            func.avg(measurements.c.tokens_per_second).label("tokens_per_second"),
+            func.min(measurements.c.measured_at).label("first_time"),
+            func.max(measurements.c.measured_at).label("last_time"),
+            func.max(measurements.c.step).label("step"),
+        )
+        .where(measurements.c.run_pk == run_pk)
+        .group_by(bucket)
+        .order_by(bucket)
+    )
+    return list(connection.execute(query).all())
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics
+
+
+GroupKey = tuple[str, str]
+
+
+def fleet_histograms(
+    connection: Connection, *, accelerator: str | None = None, size_class: str | None = None
+) -> dict[GroupKey, dict[int, int]]:
+    """Histograms of run median MFU across tenants, by (accelerator, size class)."""
+    t = fleet_mfu_bins
+    query = select(t.c.accelerator, t.c.size_class, t.c.mfu_bin, t.c.n_runs).where(t.c.n_runs > 0)
+    if accelerator is not None:
+        query = query.where(t.c.accelerator == accelerator)
+    if size_class is not None:
+        query = query.where(t.c.size_class == size_class)
+    return _group(connection, query)
+
+
+def tenant_histograms(
+    connection: Connection, *, tenant: str, accelerator: str | None = None, size_class: str | None = None
+) -> dict[GroupKey, dict[int, int]]:
+    t = tenant_mfu_bins
+    query = select(t.c.accelerator, t.c.size_class, t.c.mfu_bin, t.c.n_runs).where(
+        t.c.tenant == tenant, t.c.n_runs > 0
+    )
+    if accelerator is not None:
+        query = query.where(t.c.accelerator == accelerator)
+    if size_class is not None:
+        query = query.where(t.c.size_class == size_class)
+    return _group(connection, query)
+
+
+def _group(connection: Connection, query: Select[Any]) -> dict[GroupKey, dict[int, int]]:
+    """Rows (accelerator, size class, bin, runs) grouped by (accelerator, size class). Read straight
+    from the driver's cursor (plain strings and integers, nothing to convert): the fleet histogram
+    can be ~100,000 rows, and building Row objects for them would take longer than the query."""
+    cursor = connection.execute(query).cursor
+    assert cursor is not None
+    groups: dict[GroupKey, dict[int, int]] = {}
+    for accelerator, size_class, mfu_bin, n in cursor.fetchall():
+        key = (accelerator, size_class)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {}
+        group[mfu_bin] = n
+    return groups
+
+
+# --------------------------------------------------------------------------------------------------
+# Idempotency keys
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    operation: str
+    request_hash: str
+    state: str
+    response_status: int | None
+    response_body: str | None
+    claimed_at: datetime
+
+
+def claim_idempotency_key(
+    connection: Connection, *, tenant: str, key: str, operation: str, request_hash: str, now: datetime
+) -> bool:
+    """Record ``key`` as in flight; False when the tenant already has a record for it.
+
+    The insert either wins or meets the primary key (IntegrityError, turned into False): the database
+    decides between replicas. Run it in its own short transaction, committed before the work.
+    """
+    try:
+        with connection.begin_nested():
+            connection.execute(
+                insert(idempotency_keys).values(
+                    tenant=tenant,
+                    key=key,
+                    operation=operation,
+                    request_hash=request_hash,
+                    state="in_flight",
+                    created_at=now,
+                    claimed_at=now,
+                )
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+def get_idempotency_record(connection: Connection, *, tenant: str, key: str) -> IdempotencyRecord | None:
+    t = idempotency_keys
+    row = connection.execute(
+        select(
+            t.c.operation, t.c.request_hash, t.c.state, t.c.response_status, t.c.response_body, t.c.claimed_at
+        ).where(t.c.tenant == tenant, t.c.key == key)
+    ).first()
+    if row is None:
+        return None
+    return IdempotencyRecord(*row)
+
+
+def reclaim_idempotency_key(
+    connection: Connection,
+    *,
+    tenant: str,
+    key: str,
+    request_hash: str,
+    stale_before: datetime,
+    now: datetime,
+) -> bool:
+    """Take over an in-flight record for the same request whose holder went away (claimed before
+    ``stale_before``: its process died and nothing of it was committed). Compare-and-set: of two
+    takers only one wins."""
+    t = idempotency_keys
+    result = connection.execute(
+        update(t)
+        .where(
+            t.c.tenant == tenant,
+            t.c.key == key,
+            t.c.request_hash == request_hash,
+            t.c.state == "in_flight",
+            t.c.claimed_at < stale_before,
+        )
+        .values(claimed_at=now)
+    )
+    return bool(result.rowcount)
+
+
+def complete_idempotency_key(
+    connection: Connection, *, tenant: str, key: str, response_status: int, response_body: str
+) -> None:
+    t = idempotency_keys
+    connection.execute(
+        update(t)
+        .where(t.c.tenant == tenant, t.c.key == key)
+        .values(state="done", response_status=response_status, response_body=response_body)
+    )
+
+
+def release_idempotency_key(connection: Connection, *, tenant: str, key: str) -> None:
+    """Forget an in-flight claim whose request failed (a retry then runs it again)."""
+    t = idempotency_keys
+    connection.execute(delete(t).where(t.c.tenant == tenant, t.c.key == key, t.c.state == "in_flight"))
+
+
+def purge_idempotency_keys(connection: Connection, *, created_before: datetime) -> None:
+    """Forget every tenant's keys older than the retention (housekeeping on each claim)."""
+    t = idempotency_keys
+    connection.execute(delete(t).where(t.c.created_at < created_before))

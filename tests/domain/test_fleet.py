@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from service.domain import fleet
+from service.domain.errors import InvalidInput
+from service.domain.models import PRESETS, count_parameters
+
+
+def _exact_quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "expected"),
+    [
+        (125e6, "below_1b"),
+        (999_999_999, "below_1b"),
+        (1_000_000_000, "1b_to_10b"),
+        (9.99e9, "1b_to_10b"),
+        (1e10, "10b_to_100b"),
+        (99.9e9, "10b_to_100b"),
+        (1e11, "above_100b"),
+        (540e9, "above_100b"),
+    ],
+)
+def test_size_classes_split_at_1b_10b_and_100b_total_parameters(parameters: float, expected: str) -> None:
+    assert fleet.size_class(parameters) == expected
+
+
+def test_published_models_land_in_their_size_class() -> None:
+    assert fleet.size_class(count_parameters(PRESETS["llama3-8b"].spec).total) == "1b_to_10b"
+    assert fleet.size_class(count_parameters(PRESETS["llama3-70b"].spec).total) == "10b_to_100b"
+    assert fleet.size_class(count_parameters(PRESETS["gpt3-175b"].spec).total) == "above_100b"
+    assert fleet.size_class(count_parameters(PRESETS["gpt3-350m"].spec).total) == "below_1b"
+
+
+def test_a_non_positive_parameter_count_has_no_size_class() -> None:
+    with pytest.raises(InvalidInput):
+        fleet.size_class(0)
+
+
+def test_mfu_bins_are_a_thousandth_wide_and_one_falls_in_the_last() -> None:
+    assert fleet.mfu_bin(0.0) == 0
+    assert fleet.mfu_bin(0.4567) == 456
+    assert fleet.mfu_bin(0.999999) == 999
+    assert fleet.mfu_bin(1.0) == 999
+
+
+@pytest.mark.parametrize("value", [-0.01, 1.0001])
+def test_an_mfu_outside_zero_to_one_has_no_bin(value: float) -> None:
+    with pytest.raises(InvalidInput):
+        fleet.mfu_bin(value)
+
+
+def test_percentiles_read_from_the_histogram_are_within_one_bin_of_the_exact_ones() -> None:
+    rng = random.Random(7)
+    values = [min(max(rng.gauss(0.42, 0.06), 0.0), 1.0) for _ in range(20_000)]
+    counts = fleet.bin_counts(values)
+    for q in (0.10, 0.25, 0.50, 0.75, 0.90):
+        estimate = fleet.percentile_from_histogram(counts, q)
+        assert estimate is not None
+        assert abs(estimate - _exact_quantile(values, q)) <= fleet.MFU_BIN_WIDTH
+
+
+def test_the_median_of_a_few_values_is_within_one_bin_of_statistics_median() -> None:
+    values = [0.3812, 0.4120, 0.4033, 0.3990, 0.5501]
+    estimate = fleet.percentile_from_histogram(fleet.bin_counts(values), 0.5)
+    assert estimate is not None
+    assert abs(estimate - statistics.median(values)) <= fleet.MFU_BIN_WIDTH
+
+
+def test_a_single_value_reads_as_its_bin_midpoint() -> None:
+    assert fleet.percentile_from_histogram({412: 1}, 0.5) == pytest.approx(0.4125)
+
+
+def test_an_empty_histogram_has_no_percentiles() -> None:
+    assert fleet.percentile_from_histogram({}, 0.5) is None
+    assert fleet.percentile_rank({}, 10) is None
+
+
+def test_percentile_rank_is_the_mid_rank_within_the_group() -> None:
+    counts = {100: 2, 200: 1, 300: 1}  # four runs
+    assert fleet.percentile_rank(counts, 100) == pytest.approx((0 + 0.5 * 2) / 4)
+    assert fleet.percentile_rank(counts, 200) == pytest.approx((2 + 0.5) / 4)
+    assert fleet.percentile_rank(counts, 300) == pytest.approx((3 + 0.5) / 4)
+
+
+def test_a_linear_rise_in_mfu_has_that_slope_per_hour() -> None:
+    points = [fleet.SeriesPoint(hours=h / 2, mfu=0.40 + 0.01 * (h / 2)) for h in range(8)]
+    trend = fleet.mfu_trend(points)
+    assert trend is not None
+    assert trend.slope_mfu_per_hour == pytest.approx(0.01)
+    # First quarter: hours 0 and 0.5; last quarter: hours 3 and 3.5.
+    assert trend.first_quartile_mean_mfu == pytest.approx(0.40 + 0.01 * 0.25)
+    assert trend.last_quartile_mean_mfu == pytest.approx(0.40 + 0.01 * 3.25)
+    assert trend.quartile_change == pytest.approx(0.03)
+    assert trend.quartile_change_relative == pytest.approx(0.03 / 0.4025)
+    assert trend.hours_covered == pytest.approx(3.5)
+
+
+def test_one_measurement_has_no_slope() -> None:
+    trend = fleet.mfu_trend([fleet.SeriesPoint(hours=0.0, mfu=0.4)])
+    assert trend is not None and trend.slope_mfu_per_hour is None and trend.quartile_change == 0
+
+
+def test_bucketed_points_give_nearly_the_trend_of_the_raw_points() -> None:
+    rng = random.Random(3)
+    raw = [
+        fleet.SeriesPoint(hours=i / 100, mfu=0.45 - 0.002 * (i / 100) + rng.gauss(0, 0.01))
+        for i in range(5000)
+    ]
+    merged = fleet.downsample(raw, 240)
+    exact, approximate = fleet.mfu_trend(raw), fleet.mfu_trend(merged)
+    assert exact is not None and approximate is not None
+    assert approximate.slope_mfu_per_hour == pytest.approx(exact.slope_mfu_per_hour, rel=0.02)
+    assert approximate.quartile_change == pytest.approx(exact.quartile_change, abs=0.001)
+
+
+def test_downsampling_keeps_every_measurement_counted_and_the_mean() -> None:
+    raw = [
+        fleet.SeriesPoint(hours=float(i), mfu=0.3 + (i % 7) / 100, tokens_per_second=1e6) for i in range(1000)
+    ]
+    merged = fleet.downsample(raw, 240)
+    assert len(merged) <= 240
+    assert sum(point.count for point in merged) == 1000
+    mean_raw = statistics.fmean(point.mfu for point in raw)
+    mean_merged = sum(point.count * point.mfu for point in merged) / 1000
+    assert mean_merged == pytest.approx(mean_raw)
+    assert all(
+        p.mfu_min is not None and p.mfu_max is not None and p.mfu_min <= p.mfu <= p.mfu_max for p in merged
+    )
+
+
+def test_tokens_so_far_is_steps_times_the_global_batch() -> None:
+    assert fleet.tokens_so_far(latest_step=1000, global_batch_tokens=4_194_304) == 4_194_304_000
+    assert fleet.tokens_so_far(latest_step=None, global_batch_tokens=4_194_304) == 0
+
+
+def test_time_to_budget_is_what_is_left_over_the_rate() -> None:
+    assert fleet.seconds_to_budget(
+        token_budget=1e12, tokens_done=4e11, tokens_per_second=1e6
+    ) == pytest.approx(6e5)
+    assert fleet.seconds_to_budget(token_budget=1e12, tokens_done=2e12, tokens_per_second=1e6) == 0
+
+
+def test_cost_per_billion_tokens_is_device_hours_times_price() -> None:
+    # 64 devices at 0.4 MFU of 989.4 TFLOP/s with 6.1e10 FLOPs per token:
+    # 64 × 989.4e12 × 0.4 / 6.1066e10 = 414,783 tokens/s, so 1e9 tokens take 2,410.9 s.
+    seconds = fleet.seconds_per_billion_tokens(
+        model_flops_per_token=61_066_469_376, device_count=64, peak_flops_per_device=989.4e12, mfu=0.4
+    )
+    assert seconds == pytest.approx(1e9 * 61_066_469_376 / (64 * 989.4e12 * 0.4))
+    cost = fleet.cost_per_billion_tokens(
+        seconds_per_billion=seconds, device_count=64, price_per_device_hour=2.5
+    )
+    assert cost == pytest.approx(seconds / 3600 * 64 * 2.5)
+    assert cost == pytest.approx(107.16, abs=0.05)

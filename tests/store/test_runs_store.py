@@ -1,0 +1,230 @@
+"""The run store's repository functions on SQLite and PostgreSQL (the ``engine`` fixture)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from service.api.schemas.runs import RunCreate
+from service.api.services.runs import prepare_run
+from service.store import runs as store
+from service.store.tables import fleet_mfu_bins, measurements, run_mfu_bins, run_tags, tenant_mfu_bins
+from service.store.uow import UnitOfWork
+from tests.api.conftest import run_body
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def _create(engine: Engine, tenant: str = "team-a", **overrides: Any) -> store.RunRecord:
+    prepared = prepare_run(RunCreate.model_validate(run_body(**overrides)), now=NOW)
+    with UnitOfWork(engine, write=True) as uow:
+        run = store.create_run(uow.connection, tenant=tenant, values=prepared.values, tags=prepared.tags)
+        uow.commit()
+    return run
+
+
+def _row(run: store.RunRecord, step: int, measured_at: datetime, mfu: float = 0.4) -> dict[str, Any]:
+    return {
+        "run_pk": run.pk,
+        "step": step,
+        "measured_at": measured_at,
+        "throughput_form": "tokens_per_second",
+        "throughput_value": 4e5,
+        "global_batch_tokens": None,
+        "global_batch_sequences": None,
+        "tokens_per_second": 4e5,
+        "tokens_per_second_per_device": 4e5 / 64,
+        "mfu": mfu,
+        "hfu": mfu,
+        "achieved_tflops_per_device": mfu * 989.4,
+        "loss": None,
+        "memory_bytes": None,
+        "grad_norm_sq_small": None,
+        "grad_norm_sq_big": None,
+        "batch_small_tokens": None,
+        "batch_big_tokens": None,
+    }
+
+
+def test_a_run_is_found_only_under_its_own_tenant(engine: Engine) -> None:
+    run = _create(engine, tags=["b", "a"])
+    with UnitOfWork(engine, write=False) as uow:
+        found = store.get_run(uow.connection, tenant="team-a", run_id=run.id)
+        assert found is not None and found.tags == ("a", "b")
+        assert store.get_run(uow.connection, tenant="team-b", run_id=run.id) is None
+        assert store.get_runs(uow.connection, tenant="team-b", run_ids=[run.id]) == {}
+        listed = store.list_runs(
+            uow.connection,
+            tenant="team-b",
+            filters=store.RunFilters(),
+            sort="started_at",
+            descending=True,
+            limit=10,
+        )
+        assert listed == []
+
+
+def test_the_database_refuses_a_second_run_for_one_job_attempt(engine: Engine) -> None:
+    _create(engine, scheduler_job_id="slurm-1", attempt=0)
+    with pytest.raises(IntegrityError):
+        _create(engine, scheduler_job_id="slurm-1", attempt=0)
+    _create(engine, tenant="team-b", scheduler_job_id="slurm-1", attempt=0)
+
+
+def test_the_database_refuses_a_second_measurement_of_a_step(engine: Engine) -> None:
+    run = _create(engine)
+    with UnitOfWork(engine, write=True) as uow:
+        store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW)])
+        uow.commit()
+    with pytest.raises(IntegrityError), UnitOfWork(engine, write=True) as uow:
+        store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW, mfu=0.9)])
+
+
+def test_times_written_in_bulk_read_back_and_sort_like_times_written_through_core(engine: Engine) -> None:
+    run = _create(engine)
+    paris = timezone(timedelta(hours=1))
+    bulk = [
+        _row(run, 1, datetime(2026, 12, 2, 13, 0, 0, 250_000, tzinfo=paris)),  # 12:00:00.25 UTC
+        _row(run, 3, datetime(2026, 12, 2, 12, 0, 1, tzinfo=UTC)),
+    ]
+    core = _row(run, 2, datetime(2026, 12, 2, 12, 0, 0, 500_000, tzinfo=UTC))
+    with UnitOfWork(engine, write=True) as uow:
+        store.insert_measurements(uow.connection, rows=bulk)
+        uow.connection.execute(insert(measurements), [core])
+        uow.commit()
+    with UnitOfWork(engine, write=False) as uow:
+        rows = uow.connection.execute(
+            select(measurements.c.step, measurements.c.measured_at).order_by(measurements.c.measured_at)
+        ).all()
+        latest = uow.connection.execute(select(func.max(measurements.c.measured_at))).scalar_one()
+    assert [step for step, _ in rows] == [1, 2, 3]
+    assert rows[0][1] == datetime(2026, 12, 2, 12, 0, 0, 250_000, tzinfo=UTC)
+    assert all(value.tzinfo is not None and value.utcoffset() == timedelta(0) for _, value in rows)
+    assert latest == datetime(2026, 12, 2, 12, 0, 1, tzinfo=UTC)
+
+
+def test_a_naive_time_is_refused_by_the_bulk_insert(engine: Engine) -> None:
+    run = _create(engine)
+    with pytest.raises(ValueError, match="naive"), UnitOfWork(engine, write=True) as uow:
+        store.insert_measurements(uow.connection, rows=[_row(run, 1, datetime(2026, 12, 2, 12, 0))])
+
+
+def test_existing_steps_are_found_in_a_range(engine: Engine) -> None:
+    run = _create(engine)
+    with UnitOfWork(engine, write=True) as uow:
+        store.insert_measurements(uow.connection, rows=[_row(run, step, NOW) for step in (1, 5, 9, 20)])
+        assert store.existing_steps(uow.connection, run_pk=run.pk, first=5, last=19) == {5, 9}
+        assert store.step_range(uow.connection, run_pk=run.pk) == (1, 20)
+        uow.commit()
+
+
+def test_deleting_a_run_cascades_and_takes_its_median_out_of_the_histograms(engine: Engine) -> None:
+    run = _create(engine, tags=["x"])
+    with UnitOfWork(engine, write=True) as uow:
+        connection = uow.connection
+        store.insert_measurements(connection, rows=[_row(run, 1, NOW)])
+        store.add_to_run_histogram(connection, run_pk=run.pk, counts={400: 1})
+        store.update_run(connection, run_pk=run.pk, values={"fleet_bin": 400, "median_mfu": 0.4005})
+        store.move_run_in_histograms(connection, run=run, old_bin=None, new_bin=400)
+        uow.commit()
+    with UnitOfWork(engine, write=True) as uow:
+        current = store.get_run(uow.connection, tenant="team-a", run_id=run.id, for_update=True)
+        assert current is not None
+        store.delete_run(uow.connection, run=current)
+        uow.commit()
+    with UnitOfWork(engine, write=False) as uow:
+        for table in (measurements, run_tags, run_mfu_bins):
+            assert uow.connection.execute(select(func.count()).select_from(table)).scalar_one() == 0
+        for table in (tenant_mfu_bins, fleet_mfu_bins):
+            assert uow.connection.execute(select(func.sum(table.c.n_runs))).scalar_one() == 0
+
+
+def test_a_run_moves_between_bins_in_both_histograms_and_custom_parts_stay_out_of_the_fleet(
+    engine: Engine,
+) -> None:
+    catalog = _create(engine)
+    custom = _create(
+        engine,
+        hardware={"custom": {"name": "lab", "peak_tflops": {"bf16": 900.0}}, "count": 64},
+        parallelism={"tp": 2},
+    )
+    with UnitOfWork(engine, write=True) as uow:
+        store.move_run_in_histograms(uow.connection, run=catalog, old_bin=None, new_bin=300)
+        store.move_run_in_histograms(uow.connection, run=catalog, old_bin=300, new_bin=410)
+        store.move_run_in_histograms(uow.connection, run=custom, old_bin=None, new_bin=410)
+        uow.commit()
+    with UnitOfWork(engine, write=False) as uow:
+        tenant = store.tenant_histograms(uow.connection, tenant="team-a")
+        fleet = store.fleet_histograms(uow.connection)
+    assert tenant == {("h100-sxm", "1b_to_10b"): {410: 1}, ("custom", "1b_to_10b"): {410: 1}}
+    assert fleet == {("h100-sxm", "1b_to_10b"): {410: 1}}
+
+
+def test_an_idempotency_key_is_claimed_once_and_taken_over_only_when_stale(engine: Engine) -> None:
+    arguments = {"tenant": "team-a", "key": "k", "operation": "create_run", "request_hash": "h"}
+    with UnitOfWork(engine, write=True) as uow:
+        assert store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
+        assert not store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
+        record = store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
+        assert record is not None and record.state == "in_flight"
+        fresh = store.reclaim_idempotency_key(
+            uow.connection,
+            tenant="team-a",
+            key="k",
+            request_hash="h",
+            stale_before=NOW - timedelta(seconds=60),
+            now=NOW,
+        )
+        assert not fresh
+        stale = store.reclaim_idempotency_key(
+            uow.connection,
+            tenant="team-a",
+            key="k",
+            request_hash="h",
+            stale_before=NOW + timedelta(seconds=1),
+            now=NOW,
+        )
+        assert stale
+        other_body = store.reclaim_idempotency_key(
+            uow.connection,
+            tenant="team-a",
+            key="k",
+            request_hash="other",
+            stale_before=NOW + timedelta(hours=1),
+            now=NOW,
+        )
+        assert not other_body
+        store.complete_idempotency_key(
+            uow.connection, tenant="team-a", key="k", response_status=201, response_body="{}"
+        )
+        store.release_idempotency_key(uow.connection, tenant="team-a", key="k")  # done: not released
+        done = store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
+        assert done is not None and done.state == "done" and done.response_status == 201
+        uow.commit()
+
+
+def test_keyset_pages_cover_every_run_once(engine: Engine) -> None:
+    created = [_create(engine, started_at=(NOW + timedelta(minutes=i % 4)).isoformat()) for i in range(11)]
+    seen: list[str] = []
+    after = None
+    with UnitOfWork(engine, write=False) as uow:
+        while True:
+            page = store.list_runs(
+                uow.connection,
+                tenant="team-a",
+                filters=store.RunFilters(),
+                sort="started_at",
+                descending=False,
+                limit=3,
+                after=after,
+            )
+            if not page:
+                break
+            seen += [run.id for run in page]
+            after = (page[-1].started_at, page[-1].pk)
+    assert sorted(seen) == sorted(run.id for run in created)
+    assert len(seen) == len(set(seen))
