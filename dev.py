@@ -4,7 +4,9 @@
     python3 dev.py serve    create/refresh .venv, migrate the local SQLite database, serve
     python3 dev.py test     create/refresh .venv (with dev tools), run the whole test suite
 
-Extra arguments after `test` go to pytest. The environment is reinstalled when pyproject.toml changes.
+Extra arguments after `test` go to pytest. The environment is reinstalled when pyproject.toml or
+constraints.txt changes; constraints.txt pins every dependency to the versions the suite was last
+run with.
 Standard library only: this runs before anything is installed.
 """
 
@@ -26,7 +28,9 @@ PYTHON = BIN / "python"
 def _ensure_environment(extras: str) -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 — this script may be run by an older python3
         sys.exit(f"dev.py: Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    digest = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + (ROOT / "constraints.txt").read_bytes() + extras.encode()
+    ).hexdigest()
     stamp = VENV / f".installed-{extras or 'runtime'}"
     if stamp.exists() and stamp.read_text() == digest and PYTHON.exists():
         return
@@ -36,7 +40,19 @@ def _ensure_environment(extras: str) -> None:
     print(f"dev.py: installing the service{' with ' + extras if extras else ''} into .venv", flush=True)
     target = f".[{extras}]" if extras else "."
     subprocess.run(
-        [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", target],
+        [
+            str(PYTHON),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            # The versions the suite was last run with: a fresh machine gets what was tested.
+            "-c",
+            "constraints.txt",
+            "-e",
+            target,
+        ],
         cwd=ROOT,
         check=True,
     )
