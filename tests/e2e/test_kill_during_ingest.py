@@ -135,6 +135,8 @@ def test_every_acknowledged_measurement_survives_a_sigkill_mid_ingest(
                 f"{len(missing)} acknowledged measurements were lost, e.g. {sorted(missing)[:5]}"
             )
             assert len(stored) == len(set(stored))
+            # No request was half-stored: every batch is all there or not at all.
+            assert len(stored) % BATCH == 0 and set(stored) == set(range(len(stored)))
             run = http.get(f"/v1/runs/{run_id}").json()
             # The summary was written in the same transaction as the rows it counts.
             assert run["summary"]["measurement_count"] == len(stored)
