@@ -17,6 +17,11 @@ from service.observability import LOGGER_NAME, request_id_var
 
 logger = logging.getLogger(LOGGER_NAME + ".errors")
 RETRY_AFTER_SECONDS = "5"
+#: Freeing disk space is an operator's job, not a blip: clients back off longer.
+DISK_FULL_RETRY_AFTER_SECONDS = "30"
+#: SQLite's SQLITE_FULL result code; PostgreSQL's SQLSTATE disk_full.
+_SQLITE_FULL = 13
+_POSTGRES_DISK_FULL = "53100"
 
 
 def _respond(request: Request, kind: p.ProblemKind, detail: str, **extensions: Any) -> Response:
@@ -107,8 +112,28 @@ async def _http(request: Request, exc: Exception) -> Response:
     return response
 
 
+def _disk_full(exc: DBAPIError) -> bool:
+    """The database refused a write for lack of space ("database or disk is full", "could not extend
+    file ... No space left on device")."""
+    orig = exc.orig
+    return (
+        getattr(orig, "sqlite_errorcode", None) == _SQLITE_FULL
+        or getattr(orig, "sqlstate", None) == _POSTGRES_DISK_FULL
+    )
+
+
 async def _database(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DBAPIError)
+    if _disk_full(exc):
+        logger.error("database disk full: a write was refused and rolled back")
+        response = _respond(
+            request,
+            p.STORAGE_FULL,
+            "The database's disk is full: nothing of this request was stored. Retry after the "
+            "Retry-After seconds (an operator has to free space); reads still answer.",
+        )
+        response.headers["Retry-After"] = DISK_FULL_RETRY_AFTER_SECONDS
+        return response
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         logger.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
         response = _respond(request, p.DATABASE_UNAVAILABLE, p.DATABASE_UNAVAILABLE.description)

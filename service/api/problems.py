@@ -8,7 +8,7 @@ what to change. Error tree::
     service.domain.errors.DomainError mapped by kind: InvalidInput → invalid-input (422), ...
     RequestValidationError            → validation-error (422) with one entry per field
     HTTPException (Starlette)         → not-found / method-not-allowed / ... by status
-    sqlalchemy OperationalError       → database-unavailable (503, Retry-After)
+    sqlalchemy OperationalError       → database-unavailable (503, Retry-After); disk full → storage-full
     anything else                     → internal-error (500, request id, no traceback)
 """
 
@@ -111,6 +111,13 @@ DATABASE_UNAVAILABLE = ProblemKind(
     "Database unavailable",
     "The store cannot be reached; retry after the Retry-After seconds. Stateless endpoints still answer.",
 )
+STORAGE_FULL = ProblemKind(
+    "storage-full",
+    503,
+    "Database disk full",
+    "The database's disk is full, so nothing of this request was stored (reads still answer). Retry "
+    "after the Retry-After seconds; an operator has to free space or grow the volume.",
+)
 INTERNAL_ERROR = ProblemKind(
     "internal-error",
     500,
@@ -135,6 +142,7 @@ ALL_KINDS: tuple[ProblemKind, ...] = (
     UNAUTHORIZED,
     FORBIDDEN,
     DATABASE_UNAVAILABLE,
+    STORAGE_FULL,
     INTERNAL_ERROR,
 )
 KINDS_BY_SLUG = {kind.slug: kind for kind in ALL_KINDS}

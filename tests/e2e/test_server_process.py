@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 
 from tests.e2e.conftest import LiveServer, server_env, teff
+from tests.support.live_api import wait_for_log_line
 
 
 def test_the_real_server_answers_health_readiness_and_docs(live_server: LiveServer) -> None:
@@ -19,7 +19,7 @@ def test_the_real_server_answers_health_readiness_and_docs(live_server: LiveServ
 def test_the_server_logs_one_json_line_per_request_with_its_request_id(live_server: LiveServer) -> None:
     response = httpx.get(live_server.base_url + "/healthz", headers={"X-Request-ID": "e2e-log-check"})
     assert response.headers["x-request-id"] == "e2e-log-check"
-    lines = [json.loads(line) for line in live_server.log().splitlines() if line.startswith("{")]
+    lines = wait_for_log_line(live_server, "e2e-log-check")
     access = [line for line in lines if line.get("request_id") == "e2e-log-check"]
     assert access and access[0]["status"] == 200 and access[0]["route"] == "/healthz"
 
