@@ -1,44 +1,453 @@
-"""Which calibration a prediction runs under: the request's overrides, or the model's fitted defaults.
+"""Which calibration a prediction runs under: the model's fitted defaults, the request's constants, or
+constants fitted on the run store.
 
-The seam for calibration fitted from the run store: a request will later say ``calibration: "fleet"``
-and :func:`resolve_calibration` will fit one (``service.domain.performance.fit_calibration``) on the
-stored runs of the accelerator it is given. Everything that predicts (``/v1/predictions/step``,
-``/v1/plans/parallelism``, the ``predict`` form of ``/v1/estimates/training``) goes through here, so that
-change is made in one place; the answers already echo the calibration used (``CalibrationRead``).
+Everything that predicts (``/v1/predictions/step``, ``/v1/plans/parallelism``, the ``predict`` form of
+``/v1/estimates/training``, and the predicted-vs-measured part of ``/v1/runs/{id}/efficiency``) goes
+through :func:`resolve_calibration` or :func:`stored_calibration`, and every answer echoes the
+calibration used (:func:`calibration_read`).
+
+A request's ``calibration`` may be:
+
+* omitted: the defaults (``default (uncalibrated)``);
+* constants (``{matmul_efficiency_scale, overlap_fraction}``): used as given (``request override``);
+* ``"fleet"``: :func:`service.domain.performance.fit_calibration` over the most recent stored runs on
+  the request's accelerator, every tenant's, that have a median MFU and a layout the model can
+  predict (:func:`service.store.runs.calibration_observations`). Open like the endpoints themselves:
+  only the fitted constants and counts leave, never a run;
+* ``"tenant"``: the same over the API key's own runs (the key is checked with the ``read`` scope by
+  the same dependency the run endpoints use, and only in this case).
+
+A fit needs :data:`MIN_CALIBRATION_RUNS` runs; with fewer the defaults are used and the answer says so
+(``source`` ``default (fallback from fleet)``; never a silent fallback). Fits are cached per database,
+scope, tenant and accelerator for :data:`CACHE_TTL_SECONDS`: a cache of a pure function of the
+database content (a minute-old fit is as good an answer), not correctness state, so in-process is fine;
+one fit per key runs at a time. Reading and fitting happen in the threadpool; the constants path
+stays on the event loop and touches nothing.
+
+The fit moves the matmul-efficiency scale only (overlap fractions keep the model's defaults): one
+least-squares search over the runs, about a second for 500 runs of distinct shapes.
 """
 
 from __future__ import annotations
 
-from service.api.resolve import with_field_prefix
-from service.api.schemas.performance import CalibrationIn, CalibrationRead
-from service.domain.hardware import Accelerator
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+from weakref import WeakKeyDictionary
+
+from fastapi import Request
+from fastapi.security import APIKeyHeader, HTTPBearer
+from pydantic import ValidationError
+from sqlalchemy import Connection, Engine
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import get_engine, require_scope
+from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
+from service.api.schemas.common import HardwareRef, ModelRef
+from service.api.schemas.performance import (
+    CalibrationIn,
+    CalibrationRead,
+    CalibrationRequest,
+    CalibrationScopeName,
+)
+from service.domain.errors import DomainError
+from service.domain.flops import Convention
+from service.domain.hardware import Accelerator, Precision
 from service.domain.hardware_behaviour import NO_CALIBRATION, Calibration
+from service.domain.memory import ParallelLayout
+from service.domain.performance import Cluster, PredictionInputs, fit_calibration
+from service.store import runs as store
+from service.store.keys import Principal
+from service.store.uow import UnitOfWork
 
 REQUEST_SOURCE = "request override"
+#: Fewest runs a fit is made on (below it: the defaults, said so). A fleet fit is visible without a key
+#: and crosses tenants, so it needs as many runs as a fleet group of /v1/stats/mfu (5): no fitted
+#: constant is ever derived from fewer of other tenants' runs than the statistics would show.
+MIN_CALIBRATION_RUNS: dict[str, int] = {"tenant": 3, "fleet": 5}
+#: How long a fit is reused (per database, scope, tenant and accelerator).
+CACHE_TTL_SECONDS = 60.0
+#: Most fits kept per database (least recently used go first).
+CACHE_MAX_ENTRIES = 1024
+
+#: What a step prediction of a stored run assumes for what runs do not record (the defaults of
+#: POST /v1/predictions/step).
+STORED_RUN_ASSUMPTIONS = (
+    "8 devices per node and 50 GB/s inter-node bandwidth per device, one way (one 400 Gb/s NDR NIC per "
+    "GPU): runs do not record their network",
+    "FlashAttention on; data-parallel and pipeline communication overlapped with compute, tensor-parallel "
+    "not; mixed-precision Adam; dropout on (the defaults of POST /v1/predictions/step)",
+    "fsdp without a zero_stage is ZeRO-3 (full shard); no distributed optimizer (fp32 gradient "
+    "accumulation is not recorded)",
+)
 
 
-def resolve_calibration(
-    given: CalibrationIn | None, *, accelerator: Accelerator, field: str = "body.calibration"
-) -> Calibration:
-    """The calibration for a prediction on ``accelerator``: the defaults when ``given`` is None, else the
-    request's overrides (a domain error names ``field``.<name>)."""
-    if given is None:
-        return NO_CALIBRATION
-    scale, overlap = given.matmul_efficiency_scale, given.overlap_fraction
-    return with_field_prefix(
-        field,
-        lambda: Calibration(
-            matmul_efficiency_scale=scale,
-            overlap_fraction=overlap,
-            accelerator_id=accelerator.id,
-            source=REQUEST_SOURCE,
-        ),
+# --------------------------------------------------------------------------------------------------
+# Stored runs → prediction inputs
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRunInputs:
+    """A stored run's description as step-prediction inputs, or why it is not one: ``missing`` names
+    the run fields it did not record, ``problem`` why its recorded values cannot be predicted."""
+
+    inputs: PredictionInputs | None
+    missing: tuple[str, ...] = ()
+    problem: str | None = None
+
+
+def stored_run_inputs(
+    spec: Mapping[str, Any], *, precision: str, seq_len_tokens: int, device_count: int, convention: str
+) -> StoredRunInputs:
+    """The prediction inputs of a run as ``POST /v1/runs`` stored it (``spec``: model, hardware,
+    parallelism and global batch as given, dp resolved), under the run's own FLOPs convention so that
+    predicted and measured MFU count the same FLOPs. What runs do not record takes the defaults in
+    :data:`STORED_RUN_ASSUMPTIONS`."""
+    layout = spec.get("parallelism") or {}
+    batch = spec.get("global_batch_sequences")
+    missing = []
+    if layout.get("micro_batch_sequences") is None:
+        missing.append("parallelism.micro_batch_sequences")
+    if batch is None:
+        missing.append(
+            "global_batch_sequences (or a global_batch_tokens that is a multiple of seq_len_tokens)"
+        )
+    if missing or batch is None:
+        return StoredRunInputs(None, missing=tuple(missing))
+    try:
+        model = resolve_model(ModelRef.model_validate(spec["model"]), field="model")
+        accelerator = resolve_accelerator(HardwareRef.model_validate(spec["hardware"]), field="hardware")
+        zero_stage = int(layout.get("zero_stage") or 0)
+        if layout.get("fsdp") and zero_stage == 0:
+            zero_stage = 3
+        domain_layout = ParallelLayout(
+            tp=layout["tp"],
+            pp=layout["pp"],
+            dp=layout["dp"],
+            cp=layout["cp"],
+            ep=layout["ep"],
+            virtual_stages=layout.get("virtual_pipeline_stages") or 1,
+            micro_batch_sequences=layout["micro_batch_sequences"],
+            sequence_parallel=bool(layout.get("sequence_parallel")),
+            zero_stage=zero_stage,
+            recompute=layout.get("recompute") or "none",
+        )
+        inputs = PredictionInputs(
+            model,
+            seq_len_tokens,
+            Cluster(accelerator, device_count),
+            domain_layout,
+            batch,
+            cast(Precision, precision),
+            convention=cast(Convention, convention),
+        )
+    except DomainError as exc:
+        return StoredRunInputs(None, problem=f"{exc.field}: {exc.message}" if exc.field else exc.message)
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        return StoredRunInputs(
+            None, problem=f"the stored description cannot be read ({exc.__class__.__name__})"
+        )
+    return StoredRunInputs(inputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fitting on stored runs
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCalibration(Calibration):
+    """A calibration asked over the run store: fitted (``fitted``) or, with too few usable runs, the
+    defaults (``matmul_efficiency_scale`` 1, ``overlap_fraction`` None) with the reason in ``note``.
+    ``usable_runs``: runs that could be predicted; ``skipped_runs``: runs read but left out;
+    ``default_rms_error``: the defaults' RMS MFU error on the usable runs."""
+
+    scope: CalibrationScopeName = "fleet"
+    fitted: bool = False
+    usable_runs: int = 0
+    skipped_runs: int = 0
+    default_rms_error: float | None = None
+    fitted_at: datetime | None = None
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope} fit" if self.fitted else f"default (fallback from {self.scope})"
+
+
+def _runs_text(count: int, scope: CalibrationScopeName, accelerator_id: str) -> str:
+    whose = "every tenant's" if scope == "fleet" else "this tenant's"
+    return f"{count} run{'' if count == 1 else 's'} on {accelerator_id} ({whose})"
+
+
+def _rms(errors: Sequence[float]) -> float | None:
+    return math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else None
+
+
+def fit_stored_runs(
+    observations: Sequence[store.CalibrationObservation],
+    *,
+    scope: CalibrationScopeName,
+    accelerator_id: str,
+    now: datetime | None = None,
+) -> StoredCalibration:
+    """Fit the matmul-efficiency scale on the observations that the model can predict (the rest are
+    counted as skipped); fewer than :data:`MIN_CALIBRATION_RUNS`: the defaults, with the reason."""
+    fitted_at = now or datetime.now(UTC)
+    pairs: list[tuple[PredictionInputs, float]] = []
+    default_errors: list[float] = []
+    skipped = 0
+    for observation in observations:
+        stored = stored_run_inputs(
+            observation.spec,
+            precision=observation.precision,
+            seq_len_tokens=observation.seq_len_tokens,
+            device_count=observation.device_count,
+            convention=observation.convention,
+        )
+        if stored.inputs is None:
+            skipped += 1
+            continue
+        try:
+            predicted = stored.inputs.predict().mfu
+        except DomainError:
+            skipped += 1
+            continue
+        if not math.isfinite(predicted) or predicted <= 0:
+            skipped += 1
+            continue
+        pairs.append((stored.inputs, observation.median_mfu))
+        default_errors.append(predicted - observation.median_mfu)
+    default_rms = _rms(default_errors)
+    usable = len(pairs)
+    minimum = MIN_CALIBRATION_RUNS[scope]
+    if usable < minimum:
+        return StoredCalibration(
+            accelerator_id=accelerator_id,
+            source=f"default (fallback from {scope}: {usable} of {minimum} runs needed)",
+            scope=scope,
+            fitted=False,
+            usable_runs=usable,
+            skipped_runs=skipped,
+            default_rms_error=default_rms,
+            fitted_at=fitted_at,
+            note=f"Only {_runs_text(usable, scope, accelerator_id)} with a measured MFU and a layout the model "
+            "can predict (parallelism.micro_batch_sequences and a global batch of whole sequences); a fit "
+            f"needs {minimum}: the default constants are used.",
+        )
+    fitted = fit_calibration(pairs)
+    rms = fitted.rms_error
+    assert rms is not None and default_rms is not None
+    return StoredCalibration(
+        matmul_efficiency_scale=fitted.matmul_efficiency_scale,
+        overlap_fraction=fitted.overlap_fraction,
+        accelerator_id=accelerator_id,
+        n_observations=usable,
+        rms_error=rms,
+        source=f"{scope} fit on {usable} runs of {accelerator_id} (least squares)",
+        scope=scope,
+        fitted=True,
+        usable_runs=usable,
+        skipped_runs=skipped,
+        default_rms_error=default_rms,
+        fitted_at=fitted_at,
+        note=f"Fitted on {_runs_text(usable, scope, accelerator_id)}, the most recent with a measured MFU "
+        f"and a predictable layout: matmul efficiency × {fitted.matmul_efficiency_scale:.3f}; RMS error "
+        f"{100 * rms:.1f} MFU points (the defaults: {100 * default_rms:.1f}).",
     )
 
 
+def _custom_fallback(scope: CalibrationScopeName) -> StoredCalibration:
+    return StoredCalibration(
+        accelerator_id=store.CUSTOM_ACCELERATOR,
+        source=f"default (fallback from {scope}: custom accelerator)",
+        scope=scope,
+        fitted_at=datetime.now(UTC),
+        note="Caller-described (custom) accelerators are not calibrated from stored runs (runs on "
+        "different custom parts share no catalog id): the default constants are used.",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The cache
+
+CacheKey = tuple[str, str | None, str]
+
+
+class FitCache:
+    """Fits by (scope, tenant, accelerator) for ``ttl`` seconds, at most ``max_entries`` of them.
+    Thread-safe; one fit per key at a time (the others wait for it instead of repeating it)."""
+
+    _STRIPES = 64
+
+    def __init__(
+        self,
+        ttl: float = CACHE_TTL_SECONDS,
+        max_entries: int = CACHE_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[CacheKey, tuple[float, StoredCalibration]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._fit_locks = [threading.Lock() for _ in range(self._STRIPES)]
+
+    def _fresh(self, key: CacheKey) -> StoredCalibration | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= self._clock():
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def get(self, key: CacheKey, compute: Callable[[], StoredCalibration]) -> StoredCalibration:
+        found = self._fresh(key)
+        if found is not None:
+            return found
+        with self._fit_locks[hash(key) % self._STRIPES]:
+            found = self._fresh(key)
+            if found is not None:
+                return found
+            value = compute()
+            with self._lock:
+                self._entries[key] = (self._clock() + self.ttl, value)
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+            return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_caches: WeakKeyDictionary[Engine, FitCache] = WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def fit_cache(engine: Engine) -> FitCache:
+    """The fit cache of one database (apps and tests in one process may use several)."""
+    with _caches_lock:
+        cache = _caches.get(engine)
+        if cache is None:
+            cache = _caches[engine] = FitCache()
+        return cache
+
+
+def stored_calibration(
+    engine: Engine,
+    *,
+    scope: CalibrationScopeName,
+    tenant: str | None,
+    accelerator: Accelerator,
+    connection: Connection | None = None,
+) -> StoredCalibration:
+    """The calibration fitted on ``scope``'s stored runs on ``accelerator`` (cached; blocking: call it
+    in the threadpool). ``tenant`` is the caller's tenant for scope ``tenant``, None for ``fleet``.
+    ``connection``: read through this one (a request's unit of work) instead of a new one."""
+    if (scope == "tenant") != (tenant is not None):
+        raise ValueError("scope tenant needs the caller's tenant; scope fleet none")
+    if accelerator.is_custom:
+        return _custom_fallback(scope)
+    accelerator_id = accelerator.id
+
+    def compute() -> StoredCalibration:
+        if connection is not None:
+            observations = store.calibration_observations(
+                connection, accelerator=accelerator_id, tenant=tenant
+            )
+        else:
+            with UnitOfWork(engine, write=False) as uow:
+                observations = store.calibration_observations(
+                    uow.connection, accelerator=accelerator_id, tenant=tenant
+                )
+        return fit_stored_runs(observations, scope=scope, accelerator_id=accelerator_id)
+
+    return fit_cache(engine).get((scope, tenant, accelerator_id), compute)
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests
+
+# Read the key the way the run endpoints' security schemes do, without declaring them as this
+# operation's dependencies (the constants path must not need a key or a database).
+_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
+_bearer = HTTPBearer(auto_error=False)
+_require_read = require_scope("read")
+
+#: ``openapi_extra`` of the operations that take a ``calibration``: only ``"tenant"`` needs a key (401,
+#: 403) and ``"fleet"``/``"tenant"`` read the database (503). The key stays undeclared as a security
+#: requirement: the operations are open, and the published contract treats an operation with
+#: ``security`` as one that needs a key.
+CALIBRATION_PROBLEMS: dict[str, Any] = {"x-problems": ["401", "403", "503"]}
+
+
+async def _reader(request: Request, engine: Engine) -> Principal:
+    x_api_key = await _api_key_header(request)
+    bearer = await _bearer(request)
+    principal: Principal = await run_in_threadpool(_require_read, engine, x_api_key, bearer)
+    return principal
+
+
+async def resolve_calibration(
+    given: CalibrationRequest | None,
+    *,
+    accelerator: Accelerator,
+    request: Request,
+    field: str = "body.calibration",
+) -> Calibration:
+    """The calibration for a prediction on ``accelerator``: the defaults when ``given`` is None, the
+    request's constants (a domain error names ``field``.<name>), or a fit on the run store for
+    ``"fleet"`` / ``"tenant"`` (the latter authenticates the caller: 401/403 without a read key)."""
+    if given is None:
+        return NO_CALIBRATION
+    if isinstance(given, CalibrationIn):
+        scale, overlap = given.matmul_efficiency_scale, given.overlap_fraction
+        return with_field_prefix(
+            field,
+            lambda: Calibration(
+                matmul_efficiency_scale=scale,
+                overlap_fraction=overlap,
+                accelerator_id=accelerator.id,
+                source=REQUEST_SOURCE,
+            ),
+        )
+    scope: CalibrationScopeName = given
+    engine = get_engine(request)
+    tenant = (await _reader(request, engine)).tenant if scope == "tenant" else None
+    calibration: StoredCalibration = await run_in_threadpool(
+        lambda: stored_calibration(engine, scope=scope, tenant=tenant, accelerator=accelerator)
+    )
+    return calibration
+
+
 def calibration_read(calibration: Calibration) -> CalibrationRead:
+    if not isinstance(calibration, StoredCalibration):
+        return CalibrationRead(
+            matmul_efficiency_scale=calibration.matmul_efficiency_scale,
+            overlap_fraction=calibration.overlap_fraction,
+            source=calibration.source,
+        )
     return CalibrationRead(
         matmul_efficiency_scale=calibration.matmul_efficiency_scale,
         overlap_fraction=calibration.overlap_fraction,
-        source=calibration.source,
+        source=calibration.label,
+        scope=calibration.scope,
+        accelerator=calibration.accelerator_id,
+        fitted=calibration.fitted,
+        fitted_on_runs=calibration.n_observations if calibration.fitted else calibration.usable_runs,
+        skipped_runs=calibration.skipped_runs,
+        minimum_runs=MIN_CALIBRATION_RUNS[calibration.scope],
+        rms_error_mfu=calibration.rms_error,
+        default_rms_error_mfu=calibration.default_rms_error,
+        fitted_at=calibration.fitted_at,
+        note=calibration.note,
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from service.api.calibration import calibration_read, resolve_calibration
+from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
 from service.api.routers.memory import GIB, domain_layout, layout_read
 from service.api.routers.plans import describe_layout, search_layouts
@@ -57,7 +57,7 @@ def _summary(result: estimates.TrainingEstimate, prediction: PredictionSummaryRe
 
 
 async def predicted_mfu(
-    request: TrainingEstimateRequest, spec: ModelSpec, accelerator: hardware.Accelerator
+    request: TrainingEstimateRequest, spec: ModelSpec, accelerator: hardware.Accelerator, http: Request
 ) -> PredictionSummaryRead:
     """The MFU of ``request.predict``: ``predict_step`` on its layout, or on the planner's fastest layout
     when it gives none (under the request's convention, passed explicitly)."""
@@ -93,8 +93,8 @@ async def predicted_mfu(
         fields=fields,
     )
     with_field_prefix("body", lambda: hardware.peak_flops(accelerator, request.precision))
-    calibration = resolve_calibration(
-        given.calibration, accelerator=accelerator, field="body.predict.calibration"
+    calibration = await resolve_calibration(
+        given.calibration, accelerator=accelerator, request=http, field="body.predict.calibration"
     )
     prediction: performance.StepPrediction
     if given.layout is not None:
@@ -151,8 +151,9 @@ async def predicted_mfu(
 @router.post(
     "/estimates/training",
     summary="Wall-clock, device-hours, cost and energy of a training job at an MFU, beside 30–60% MFU",
+    openapi_extra=CALIBRATION_PROBLEMS,
 )
-async def estimate_training(request: TrainingEstimateRequest) -> TrainingEstimateRead:
+async def estimate_training(request: TrainingEstimateRequest, http: Request) -> TrainingEstimateRead:
     """Time = total model FLOPs ÷ (devices × dense peak × MFU), at the given MFU and at 30–60% beside it.
 
     The MFU is either given (`mfu`) or predicted (`predict`): `POST /v1/predictions/step` on
@@ -171,7 +172,7 @@ async def estimate_training(request: TrainingEstimateRequest) -> TrainingEstimat
             "body", lambda: flops.flops_per_token(spec, seq_len, convention=request.convention)
         ).training_flops_per_token
         if request.predict is not None:
-            prediction = await predicted_mfu(request, spec, accelerator)
+            prediction = await predicted_mfu(request, spec, accelerator, http)
             mfu = prediction.mfu
     assert mfu is not None  # the request's validator requires mfu or predict (which needs model)
     job_mfu = mfu

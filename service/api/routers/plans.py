@@ -6,10 +6,10 @@ import math
 import time
 from collections.abc import Mapping
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.api.calibration import calibration_read, resolve_calibration
+from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
 from service.api.resolve import resolve_model
 from service.api.routers.memory import GIB, in_request, layout_read
 from service.api.routers.predictions import (
@@ -216,8 +216,9 @@ def plan_reading(candidates: list[PlanCandidateRead], result: planner.PlanResult
 @router.post(
     "/plans/parallelism",
     summary="The parallel layouts that fit, ranked by predicted throughput",
+    openapi_extra=CALIBRATION_PROBLEMS,
 )
-async def plan_parallelism(body: PlanRequest) -> PlanRead:
+async def plan_parallelism(body: PlanRequest, request: Request) -> PlanRead:
     """Every layout of the cluster is enumerated: tp (dividing the heads; within a node unless
     `constraints.tp_within_node` is false), pp (dividing the layers), cp and ep as allowed,
     dp = devices/(tp·pp·cp), micro-batches dividing the per-replica batch, interleaving (v dividing the
@@ -230,7 +231,9 @@ async def plan_parallelism(body: PlanRequest) -> PlanRead:
     spec = resolve_model(body.model)
     cluster = cluster_from(body.cluster)
     peak_flops(cluster.accelerator, body.precision)
-    calibration = resolve_calibration(body.calibration, accelerator=cluster.accelerator)
+    calibration = await resolve_calibration(
+        body.calibration, accelerator=cluster.accelerator, request=request
+    )
     batch = body.batch_sequences
     result, elapsed = await search_layouts(
         spec, body.seq_len_tokens, cluster, batch, body.constraints,

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from service import plots
-from service.api.calibration import calibration_read, resolve_calibration
+from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.resolve import resolve_model
 from service.api.routers.memory import (
@@ -357,7 +357,7 @@ async def breakdown_chart(
     "/predictions/step",
     response_model=StepPredictionRead,
     responses=representations(SVG, PNG),
-    openapi_extra=NEGOTIATED,
+    openapi_extra={"x-problems": [*NEGOTIATED["x-problems"], *CALIBRATION_PROBLEMS["x-problems"]]},
     summary="Predicted step time, throughput, MFU and memory for a layout, with the gap to peak broken down",
 )
 async def predict_step_time(body: StepPredictionRequest, request: Request) -> StepPredictionRead | Response:
@@ -381,7 +381,9 @@ async def predict_step_time(body: StepPredictionRequest, request: Request) -> St
     cluster = cluster_from(body.cluster)
     peak_flops(cluster.accelerator, body.precision)
     layout = domain_layout(body.layout)
-    calibration = resolve_calibration(body.calibration, accelerator=cluster.accelerator)
+    calibration = await resolve_calibration(
+        body.calibration, accelerator=cluster.accelerator, request=request
+    )
     batch = body.batch_sequences
     prediction = run_prediction(
         spec, body.seq_len_tokens, cluster, layout, batch, precision=body.precision, calibration=calibration,

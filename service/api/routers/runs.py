@@ -288,8 +288,11 @@ def list_measurements(
     summary="A run's MFU: distribution, trend, tokens so far, time to budget",
     description="Median, p10 and p90 MFU (from the run's histogram, 0.001 resolution), the latest MFU, "
     "the trend (slope per hour, first-vs-last-quarter change) and a series of at most 240 points. "
-    "Tokens so far = latest step × global batch tokens. `prediction` is reserved for predicted vs "
-    "measured. `Accept: image/svg+xml` or `image/png` answers a chart of MFU over time.",
+    "Tokens so far = latest step × global batch tokens. `prediction` is the performance model's "
+    "prediction for the run's recorded layout (fleet-calibrated for its accelerator where 5 or more "
+    "runs allow a fit) against the measured median, with the largest losses named; null with a note "
+    "when the run did not record enough layout to predict. `Accept: image/svg+xml` or `image/png` "
+    "answers a chart of MFU over time.",
     responses=representations(SVG, PNG),
     openapi_extra=NEGOTIATED,
 )

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from service.api.schemas.common import (
     ApiModel,
@@ -34,6 +43,8 @@ __all__ = [
     "BreakdownItemRead",
     "CalibrationIn",
     "CalibrationRead",
+    "CalibrationRequest",
+    "CalibrationScopeName",
     "ClusterIn",
     "ClusterRead",
     "InfeasibleGroupRead",
@@ -277,10 +288,106 @@ class CalibrationIn(ApiModel):
     )
 
 
+#: Calibrations fitted on the run store: ``fleet`` (every tenant's runs, open) or ``tenant`` (the API
+#: key's own runs; needs a key with the read scope).
+CalibrationScopeName = Literal["fleet", "tenant"]
+CALIBRATION_SCOPES: tuple[str, ...] = ("fleet", "tenant")
+
+
+def _calibration_request(value: Any) -> CalibrationIn | str:
+    """Constants or a scope. Validated by hand rather than as a pydantic union so that an error names
+    ``body.calibration.<field>`` (a union would put its member's name in the path)."""
+    if isinstance(value, str):
+        if value in CALIBRATION_SCOPES:
+            return value
+        raise PydanticCustomError(
+            "literal_error", "Input should be 'fleet' or 'tenant', or an object of calibration constants"
+        )
+    if isinstance(value, CalibrationIn):
+        return value
+    if not isinstance(value, dict):
+        raise PydanticCustomError(
+            "model_type", "Input should be an object of calibration constants, or 'fleet' or 'tenant'"
+        )
+    return CalibrationIn.model_validate(value)
+
+
+CalibrationRequest = Annotated[
+    CalibrationIn | CalibrationScopeName,
+    PlainValidator(_calibration_request, json_schema_input_type=CalibrationIn | CalibrationScopeName),
+]
+
+CALIBRATION_FIELD: Any = Field(
+    default=None,
+    description="omitted: the model's fitted defaults. Constants ({matmul_efficiency_scale, "
+    'overlap_fraction}): used as given. "fleet": fitted on the most recent stored runs on this '
+    "accelerator that have measured throughput and a layout (every tenant's; only the fitted constants "
+    'are answered). "tenant": the same over the API key\'s own runs (send X-API-Key or Authorization: '
+    "Bearer with the read scope). A fit needs 3 such runs; with fewer the defaults are used and "
+    "calibration.source says so. Fits are cached for a minute",
+)
+
+
+#: Fields of CalibrationRead answered only for a calibration asked as "fleet" or "tenant".
+STORE_CALIBRATION_FIELDS = (
+    "scope",
+    "accelerator",
+    "fitted",
+    "fitted_on_runs",
+    "skipped_runs",
+    "minimum_runs",
+    "rms_error_mfu",
+    "default_rms_error_mfu",
+    "fitted_at",
+    "note",
+)
+
+
 class CalibrationRead(ApiModel):
+    """The calibration a prediction ran under. The fields after ``source`` come only with a calibration
+    asked as ``fleet`` or ``tenant`` (answers to other requests keep the three fields they always had)."""
+
     matmul_efficiency_scale: float
     overlap_fraction: float | None = Field(description="null: the model's defaults")
-    source: str
+    source: str = Field(
+        description="where the constants come from: `default (uncalibrated)`, `request override`, "
+        "`fleet fit`, `tenant fit`, or `default (fallback from fleet)` / `default (fallback from tenant)` "
+        "when too few stored runs could be fitted (`note` says why)"
+    )
+    scope: CalibrationScopeName | None = Field(default=None, description="the runs a fit was asked over")
+    accelerator: str | None = Field(default=None, description="catalog id the runs were selected by")
+    fitted: bool | None = Field(default=None, description="false: too few runs, the defaults are used")
+    fitted_on_runs: int | None = Field(
+        default=None, description="stored runs the fit used (with a fallback: the usable runs found)"
+    )
+    skipped_runs: int | None = Field(
+        default=None,
+        description="stored runs left out because their recorded layout cannot be predicted (e.g. the "
+        "global batch is not a multiple of dp × micro-batch)",
+    )
+    minimum_runs: int | None = Field(default=None, description="runs a fit needs")
+    rms_error_mfu: float | None = Field(
+        default=None,
+        description="root-mean-square error of the fitted model's MFU against the runs' median MFU "
+        "(fraction; 0.01 = 1 MFU point); null without a fit",
+    )
+    default_rms_error_mfu: float | None = Field(
+        default=None, description="the same error with the default constants, on the same runs"
+    )
+    fitted_at: AwareDatetime | None = Field(
+        default=None, description="when the runs were read and fitted (answers reuse a fit for a minute)"
+    )
+    note: str | None = Field(default=None, description="the calibration in a sentence")
+
+    @model_serializer(mode="wrap")
+    def _store_fields_only_when_asked(self, handler: SerializerFunctionWrapHandler):
+        # No return annotation: pydantic then documents the model's own fields (an annotation such as
+        # dict[str, Any] would replace them in the published schema).
+        data = handler(self)
+        if self.scope is None and isinstance(data, dict):
+            for name in STORE_CALIBRATION_FIELDS:
+                data.pop(name, None)
+        return data
 
 
 class OptimizerRead(ApiModel):
@@ -497,6 +604,14 @@ class StepPredictionRequest(_BatchMixin):
                     "global_batch_tokens": 4_194_304,
                     "calibration": {"matmul_efficiency_scale": 1.05},
                 },
+                {
+                    "model": {"preset": "llama3-8b"},
+                    "seq_len_tokens": 8192,
+                    "cluster": {"accelerator": "h100-sxm", "device_count": 64},
+                    "layout": {"tp": 2, "dp": 32, "micro_batch_sequences": 2, "zero_stage": 1},
+                    "global_batch_sequences": 512,
+                    "calibration": "fleet",
+                },
             ]
         }
     )  # fmt: skip
@@ -508,9 +623,7 @@ class StepPredictionRequest(_BatchMixin):
     optimizer: OptimizerName = OPTIMIZER_FIELD
     convention: ConventionName = CONVENTION_FIELD
     dropout: bool = DROPOUT_FIELD
-    calibration: CalibrationIn | None = Field(
-        default=None, description="override the model's fitted efficiency scale and overlap fraction"
-    )
+    calibration: CalibrationRequest | None = CALIBRATION_FIELD
 
 
 class BreakdownItemRead(ApiModel):
@@ -654,7 +767,7 @@ class PlanRequest(_BatchMixin):
     optimizer: OptimizerName = OPTIMIZER_FIELD
     convention: ConventionName = CONVENTION_FIELD
     dropout: bool = DROPOUT_FIELD
-    calibration: CalibrationIn | None = None
+    calibration: CalibrationRequest | None = CALIBRATION_FIELD
     constraints: PlanConstraintsIn = Field(default_factory=PlanConstraintsIn)
 
 
@@ -743,7 +856,7 @@ class PredictMfuIn(ApiModel):
     global_batch_tokens: PositiveInt | None = Field(default=None, description="tokens per step")
     optimizer: OptimizerName = OPTIMIZER_FIELD
     dropout: bool = DROPOUT_FIELD
-    calibration: CalibrationIn | None = None
+    calibration: CalibrationRequest | None = CALIBRATION_FIELD
 
     @model_validator(mode="after")
     def _layout_or_constraints(self) -> PredictMfuIn:

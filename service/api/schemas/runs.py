@@ -25,6 +25,7 @@ from service.api.schemas.common import (
     RecomputeName,
     ThroughputIn,
 )
+from service.api.schemas.performance import BreakdownComponentName, CalibrationRead, LayoutRead
 
 RunStatus = Literal["running", "finished", "failed"]
 SizeClassName = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
@@ -456,6 +457,48 @@ class SeriesPointRead(ApiModel):
     measurements: int
 
 
+class PredictedLossRead(ApiModel):
+    """One component of the predicted step that is not useful model FLOPs."""
+
+    component: BreakdownComponentName
+    name: str = Field(description="in plain language, with the layout's numbers")
+    seconds: float = Field(description="predicted seconds per step")
+    mfu_points: float = Field(description="MFU it costs, in percentage points of the dense peak")
+    what_to_try: str
+
+
+class RunPredictionRead(ApiModel):
+    """Predicted against measured for a stored run. MFU under the run's `convention` on both sides;
+    the measured side is the median over its measurements."""
+
+    calibration: CalibrationRead = Field(
+        description="the fleet calibration of the run's accelerator when one can be fitted, else the "
+        "defaults (`source` says which)"
+    )
+    layout: LayoutRead = Field(description="the run's layout as predicted, defaults resolved")
+    global_batch_sequences: int
+    micro_batches_per_step: int
+    predicted_step_time_seconds: float
+    predicted_tokens_per_second: float
+    predicted_mfu: float
+    measured_median_mfu: float | None = Field(description="null before the first measurement")
+    measured_tokens_per_second_at_median: float | None = Field(
+        description="the global tokens/s the median MFU amounts to"
+    )
+    measured_step_time_seconds_at_median: float | None
+    mfu_gap_points: float | None = Field(
+        description="predicted − measured MFU in percentage points: what the model does not explain "
+        "(positive: the run is slower than predicted)"
+    )
+    measured_to_predicted: float | None = Field(description="measured ÷ predicted MFU")
+    largest_losses: list[PredictedLossRead] = Field(
+        description="the costliest components of the predicted step, largest first (at most 3)"
+    )
+    reading: str = Field(description="where the run loses most, in one line")
+    assumptions: list[str]
+    warnings: list[str]
+
+
 class RunEfficiency(ApiModel):
     run_id: str
     status: RunStatus
@@ -473,10 +516,14 @@ class RunEfficiency(ApiModel):
     budget_fraction_done: float | None
     seconds_to_budget: float | None
     estimated_budget_reached_at: datetime | None
-    prediction: dict[str, Any] | None = Field(
+    prediction: RunPredictionRead | None = Field(
         default=None,
-        description="predicted vs measured (step time, MFU, the gap broken down): reserved for the "
-        "performance model; null until it is wired in",
+        description="the run's step predicted from its recorded layout (POST /v1/predictions/step under "
+        "the fleet calibration of its accelerator) against its measured median MFU, with where it loses; "
+        "null when the run does not record enough to predict (`prediction_note` says what to give)",
+    )
+    prediction_note: str | None = Field(
+        default=None, description="why `prediction` is null and which run fields would give one"
     )
 
 

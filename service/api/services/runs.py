@@ -68,6 +68,8 @@ from service.api.schemas.runs import (
     SeriesPointRead,
 )
 from service.api.schemas.stats import FleetGroup, FleetMfuStats, MfuPercentiles, RunRank, SizeClassRead
+from service.api.services.prediction import PredictedVsMeasured
+from service.api.services.prediction import predicted_vs_measured as run_prediction
 from service.domain import fleet, hardware, mfu, models
 from service.domain.errors import DomainError, InvalidInput
 from service.domain.flops import flops_per_token
@@ -984,10 +986,10 @@ def _series(connection: Connection, run: store.RunRecord) -> list[fleet.SeriesPo
     ]
 
 
-def predicted_vs_measured(run: store.RunRecord) -> dict[str, Any] | None:
-    """Hook for the performance model: the run's predicted step time and MFU beside the measured
-    ones, with the gap broken down. None until the model is wired in (``RunEfficiency.prediction``)."""
-    return None
+def predicted_vs_measured(connection: Connection, run: store.RunRecord) -> PredictedVsMeasured:
+    """The run's predicted step time and MFU beside the measured ones, with where it loses
+    (:mod:`service.api.services.prediction`); a note instead when the run records too little."""
+    return run_prediction(connection, run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1070,7 +1072,8 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
         ),
         seconds_to_budget=seconds,
         estimated_budget_reached_at=reached_at,
-        prediction=predicted_vs_measured(run),
+        prediction=(predicted := predicted_vs_measured(connection, run)).prediction,
+        prediction_note=predicted.note,
     )
     return EfficiencyView(answer=answer, points=series)
 
