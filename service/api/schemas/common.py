@@ -18,6 +18,8 @@ ConventionName = Literal["palm", "6n", "megatron", "megatron_causal"]
 EmbeddingPolicyName = Literal["all", "exclude_input", "exclude_all"]
 
 PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
+#: The sequence length every model-based request takes (tokens per training sequence).
+SEQ_LEN_FIELD: Any = Field(le=10_000_000, description="tokens per sequence (context length used in training)")
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 

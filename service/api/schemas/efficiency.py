@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from service.api.schemas.common import (
+    SEQ_LEN_FIELD,
     ApiModel,
     ConventionName,
     EmbeddingPolicyName,
@@ -25,7 +26,6 @@ from service.api.schemas.performance import (
 )
 from service.api.schemas.schedules import field_error
 
-SEQ_LEN_FIELD = Field(le=10_000_000, description="tokens per sequence (context length used in training)")
 CONVENTION_FIELD: Any = Field(
     default="palm",
     description="FLOPs convention: palm (6N + 12·L·H·Q·s, non-causal; default), 6n (Kaplan/HF), megatron "

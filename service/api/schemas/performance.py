@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from service.api.schemas.common import (
+    SEQ_LEN_FIELD,
     ApiModel,
     ConventionName,
     CustomAccelerator,
@@ -87,7 +88,6 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 #: 1 MB/s .. 10 TB/s: wide enough for any real link, narrow enough that times stay finite.
 Bandwidth = Annotated[float, Field(ge=1e6, le=1e13)]
 
-SEQ_LEN_FIELD: Any = Field(le=10_000_000, description="tokens per sequence (context length used in training)")
 CONVENTION_FIELD: Any = Field(
     default="palm",
     description="FLOPs convention of mfu/hfu and achieved TFLOP/s (default palm, the service's default: 6N + "
