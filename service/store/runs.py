@@ -257,7 +257,9 @@ def list_runs(
     shift the rows it has yet to see: the position is a value, not an offset.
     """
     column = runs.c.started_at if sort == "started_at" else runs.c.median_mfu
-    query: Select[Any] = select(runs).where(runs.c.tenant == tenant, *_conditions(tenant, filters))
+    query: Select[Any] = select(runs).where(
+        runs.c.tenant == tenant, *_conditions(tenant, filters, ordered_by_mfu=sort == "median_mfu")
+    )
     if after is not None:
         key = tuple_(column, runs.c.pk)
         position = tuple_(_bind_like(column, after[0]), _bind_like(runs.c.pk, after[1]))
@@ -275,8 +277,15 @@ def _bind_like(column: Any, value: Any) -> ColumnElement[Any]:
     return literal(value, type_=column.type)
 
 
-def _conditions(tenant: str, filters: RunFilters) -> list[ColumnElement[bool]]:
+def _conditions(
+    tenant: str, filters: RunFilters, *, ordered_by_mfu: bool = True
+) -> list[ColumnElement[bool]]:
     c = runs.c
+    # An MFU range is rarely selective, yet without statistics SQLite's planner would walk the
+    # (tenant, median_mfu) index for it and sort every match by time: 70 ms at 200k runs, 500 ms at
+    # 1M (benchmarks/results). When the page is ordered by time, `median_mfu + 0` keeps the range a
+    # plain filter, so the time-ordered indexes serve the page (1.3 ms).
+    mfu = c.median_mfu if ordered_by_mfu else c.median_mfu + 0
     conditions: list[ColumnElement[bool]] = []
     if filters.accelerator is not None:
         conditions.append(c.accelerator == filters.accelerator)
@@ -295,9 +304,9 @@ def _conditions(tenant: str, filters: RunFilters) -> list[ColumnElement[bool]]:
     if filters.started_before is not None:
         conditions.append(c.started_at < filters.started_before)
     if filters.min_mfu is not None or filters.max_mfu is not None:
-        conditions.append(c.median_mfu >= (filters.min_mfu if filters.min_mfu is not None else 0.0))
+        conditions.append(mfu >= (filters.min_mfu if filters.min_mfu is not None else 0.0))
     if filters.max_mfu is not None:
-        conditions.append(c.median_mfu <= filters.max_mfu)
+        conditions.append(mfu <= filters.max_mfu)
     for tag in filters.tags:
         conditions.append(
             exists().where(run_tags.c.tenant == tenant, run_tags.c.tag == tag, run_tags.c.run_pk == c.pk)
