@@ -27,6 +27,7 @@ from sqlalchemy import (
     Row,
     Select,
     Table,
+    bindparam,
     delete,
     exists,
     func,
@@ -161,21 +162,23 @@ def find_run_by_job(
     ).scalar_one_or_none()
 
 
+_RUN_BY_ID = select(runs).where(runs.c.id == bindparam("run_id"), runs.c.tenant == bindparam("tenant"))
+_RUN_BY_ID_FOR_UPDATE = _RUN_BY_ID.with_for_update()
+
+
 def get_run(
-    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False
+    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False, with_tags: bool = True
 ) -> RunRecord | None:
     """The tenant's run with this id; None for an unknown id or another tenant's run.
 
     ``for_update`` locks the row until the transaction ends (PostgreSQL; SQLite writers already hold
-    the database lock).
+    the database lock). ``with_tags=False`` skips the tags query (ingest never needs them).
     """
-    query = select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)
-    if for_update:
-        query = query.with_for_update()
-    row = connection.execute(query).first()
+    query = _RUN_BY_ID_FOR_UPDATE if for_update else _RUN_BY_ID
+    row = connection.execute(query, {"run_id": run_id, "tenant": tenant}).first()
     if row is None:
         return None
-    return _record(row, tags_of(connection, [row.pk]).get(row.pk, ()))
+    return _record(row, tags_of(connection, [row.pk]).get(row.pk, ()) if with_tags else ())
 
 
 def get_runs(connection: Connection, *, tenant: str, run_ids: Sequence[str]) -> dict[str, RunRecord]:

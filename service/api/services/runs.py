@@ -107,9 +107,9 @@ def _not_found(run_id: str) -> ProblemError:
 
 
 def _require_run(
-    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False
+    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False, with_tags: bool = True
 ) -> store.RunRecord:
-    run = store.get_run(connection, tenant=tenant, run_id=run_id, for_update=for_update)
+    run = store.get_run(connection, tenant=tenant, run_id=run_id, for_update=for_update, with_tags=with_tags)
     if run is None:
         raise _not_found(run_id)
     return run
@@ -827,12 +827,12 @@ def _add_measurements(
     items = parse_measurements(body, max_items=max_items)
     tenant = principal.tenant
     with UnitOfWork(engine, write=False) as uow:
-        run = _require_run(uow.connection, tenant=tenant, run_id=run_id)
+        run = _require_run(uow.connection, tenant=tenant, run_id=run_id, with_tags=False)
     rows = measurement_rows(run, items, now=now_utc())
 
     with UnitOfWork(engine, write=True) as uow:
         connection = uow.connection
-        run = _require_run(connection, tenant=tenant, run_id=run_id, for_update=True)
+        run = _require_run(connection, tenant=tenant, run_id=run_id, for_update=True, with_tags=False)
         seen: set[int] = set()
         ignored: set[int] = set()
         fresh: list[dict[str, Any]] = []
@@ -877,7 +877,8 @@ def _add_measurements(
                 )
             store.update_run(connection, run_pk=run.pk, values=values)
             store.move_run_in_histograms(connection, run=run, old_bin=run.fleet_bin, new_bin=new_bin)
-            run = _require_run(connection, tenant=tenant, run_id=run_id)
+            # The summary as just written (no third read of the row inside the write lock).
+            run = dataclasses.replace(run, **values)
         uow.commit()
     return MeasurementsAdded(
         run_id=run.id,
