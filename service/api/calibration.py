@@ -421,11 +421,11 @@ async def resolve_calibration(
             ),
         )
     scope: CalibrationScopeName = given
-    engine = get_engine(request)
-    tenant = (await _reader(request, engine)).tenant if scope == "tenant" else None
-    calibration: StoredCalibration = await run_in_threadpool(
-        lambda: stored_calibration(engine, scope=scope, tenant=tenant, accelerator=accelerator)
-    )
+    async for engine in get_engine(request):  # admitted like every request that uses the database
+        tenant = (await _reader(request, engine)).tenant if scope == "tenant" else None
+        calibration: StoredCalibration = await run_in_threadpool(
+            lambda: stored_calibration(engine, scope=scope, tenant=tenant, accelerator=accelerator)
+        )
     return calibration
 
 

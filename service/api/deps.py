@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
@@ -20,9 +21,16 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> AsyncIterator[Engine]:
+    """The engine, once the request is admitted (app.state.database_admission bounds the requests
+    that hold connections, so none waits for a connection while holding a thread another needs)."""
     engine: Engine = request.app.state.engine
-    return engine
+    admission: asyncio.Semaphore | None = getattr(request.app.state, "database_admission", None)
+    if admission is None:
+        yield engine
+        return
+    async with admission:
+        yield engine
 
 
 def read_uow(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[UnitOfWork]:

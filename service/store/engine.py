@@ -25,11 +25,11 @@ WRITE_OPTION = "teff_write"
 def build_engine(url: str, *, pool_size: int = 10, busy_timeout_ms: int = 30_000) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(url, busy_timeout_ms=busy_timeout_ms)
+        return _sqlite_engine(url, pool_size=pool_size, busy_timeout_ms=busy_timeout_ms)
     return create_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=max_connections(pool_size) - pool_size,
         pool_pre_ping=True,
         pool_recycle=1800,
         pool_timeout=10,
@@ -37,7 +37,12 @@ def build_engine(url: str, *, pool_size: int = 10, busy_timeout_ms: int = 30_000
     )
 
 
-def _sqlite_engine(url: str, *, busy_timeout_ms: int) -> Engine:
+def max_connections(pool_size: int) -> int:
+    """Connections one engine opens at most (its pool plus as many overflow)."""
+    return 2 * pool_size
+
+
+def _sqlite_engine(url: str, *, pool_size: int, busy_timeout_ms: int) -> Engine:
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +50,9 @@ def _sqlite_engine(url: str, *, busy_timeout_ms: int) -> Engine:
         url,
         connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
         pool_pre_ping=False,
+        pool_size=pool_size,
+        max_overflow=max_connections(pool_size) - pool_size,
+        pool_timeout=10,
     )
 
     @event.listens_for(engine, "connect")
