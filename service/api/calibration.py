@@ -37,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -424,7 +425,7 @@ async def resolve_calibration(
     async for engine in get_engine(request):  # admitted like every request that uses the database
         tenant = (await _reader(request, engine)).tenant if scope == "tenant" else None
         calibration: StoredCalibration = await run_in_threadpool(
-            lambda: stored_calibration(engine, scope=scope, tenant=tenant, accelerator=accelerator)
+            partial(stored_calibration, engine, scope=scope, tenant=tenant, accelerator=accelerator)
         )
     return calibration
 
