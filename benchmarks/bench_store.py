@@ -998,7 +998,10 @@ def query_benchmarks(
     for name, requests in queries.items():
         if not requests:
             continue
-        results[name] = run_load(names[name], base_url, requests, headers=headers, **load)
+        # Efficiency without a warm-up: its first requests per accelerator fit a calibration on the
+        # request path (service.api.calibration, cached 60 s per process), and p99 should show it.
+        warm = {"warmup_requests": 0} if name.startswith("efficiency") else {}
+        results[name] = run_load(names[name], base_url, requests, headers=headers, **{**load, **warm})
     return results
 
 
@@ -1512,6 +1515,20 @@ def write_results(stem: str, markdown: str, payload: dict[str, Any]) -> tuple[Pa
     return md, js
 
 
+def code_version() -> str:
+    """The commit measured (``+dirty`` when service/ or migrations/ have uncommitted changes), read
+    when a run starts."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", *args], cwd=server_module.ROOT, capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--", "service", "migrations") else "")
+
+
 def conditions() -> dict[str, Any]:
     load1, load5, load15 = (float(v) for v in Path("/proc/loadavg").read_text().split()[:3])
     return {"load_average": [load1, load5, load15], "at": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -1553,7 +1570,11 @@ def main(argv: list[str] | None = None) -> int:
     if options.small_runs >= options.runs:
         parser.error("--small-runs must be below --runs")
     backends = ("sqlite", "postgresql") if args.backend == "both" else (args.backend,)
-    print(f"machine: {server_module.machine_description()}; load average {conditions()['load_average']}")
+    version = code_version()
+    print(
+        f"machine: {server_module.machine_description()}; load average {conditions()['load_average']}; "
+        f"code {version}"
+    )
     results = []
     for backend in backends:
         if backend == "postgresql" and not postgres_available():
@@ -1575,7 +1596,7 @@ def main(argv: list[str] | None = None) -> int:
         markdown = [
             f"# bench_store — {server_module.machine_description()}",
             "",
-            f"Command: `python -m benchmarks.bench_store {' '.join(argv or sys.argv[1:])}`",
+            f"Command: `python -m benchmarks.bench_store {' '.join(argv or sys.argv[1:])}` — code {version}",
             "",
         ]
         for figures in results:
@@ -1583,7 +1604,9 @@ def main(argv: list[str] | None = None) -> int:
             markdown.append(f"Load average after: {figures['conditions_after']['load_average']}")
             markdown.append("")
         md, js = write_results(
-            stem, "\n".join(markdown), {"machine": server_module.machine_description(), "results": results}
+            stem,
+            "\n".join(markdown),
+            {"machine": server_module.machine_description(), "code": version, "results": results},
         )
         print(f"wrote {md} and {js}")
     return 1 if failed else 0

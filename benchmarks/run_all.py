@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report: dict[str, Any] = {
         "machine": machine,
+        "code": bench_store.code_version(),
         "started": started.isoformat(timespec="seconds"),
         "command": "python -m benchmarks.run_all " + " ".join(argv if argv is not None else sys.argv[1:]),
         "suite_options": dataclasses.asdict(options),
@@ -468,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 f"# Benchmarks — {machine}",
                 "",
-                f"`{report['command']}` — {report['started']} to {report['finished']} (UTC).",
+                f"`{report['command']}` — code {report['code']}, {report['started']} to {report['finished']} (UTC).",
                 "",
                 conditions,
                 "",
