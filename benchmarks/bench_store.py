@@ -54,7 +54,6 @@ Bounds: every load loop stops at a request count and a duration; only loopback a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import itertools
@@ -63,7 +62,6 @@ import math
 import operator
 import random
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,7 +78,7 @@ from sqlalchemy import Connection, Table, create_engine, func, insert, select, t
 
 from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
-from benchmarks.loadgen import LoadResult, _ensure_loopback, _read_response, encode_request, run_load
+from benchmarks.loadgen import LoadResult, run_load, run_stream_load
 from service.api.schemas.runs import RunCreate
 from service.api.services import runs as run_service
 from service.domain import fleet
@@ -221,112 +219,6 @@ def create_key(url: str, tenant: str, scopes: str = "read,write") -> str:
         text=True,
     )
     return result.stdout.strip().splitlines()[0].strip()
-
-
-# --------------------------------------------------------------------------------------------------
-# A load generator where every request is a new one (loadgen.run_load cycles one list from the start
-# on every connection, so connections would repeat each other's steps).
-
-
-async def _stream_worker(
-    host: str,
-    port: int,
-    worker: int,
-    next_request: Callable[[int], bytes],
-    deadline: float,
-    budget: list[int],
-    latencies: list[float],
-    statuses: dict[int, int],
-    errors: list[int],
-) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        while budget[0] > 0 and time.perf_counter() < deadline:
-            budget[0] -= 1
-            payload = next_request(worker)
-            started = time.perf_counter()
-            writer.write(payload)
-            try:
-                status = await _read_response(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                errors[0] += 1
-                writer.close()
-                reader, writer = await asyncio.open_connection(host, port)
-                continue
-            latencies.append(time.perf_counter() - started)
-            statuses[status] = statuses.get(status, 0) + 1
-            if status >= 400:
-                errors[0] += 1
-    finally:
-        writer.close()
-
-
-def run_stream_load(
-    name: str,
-    base_url: str,
-    request_for: Callable[[int], tuple[str, str, bytes | None]],
-    *,
-    connections: int = 16,
-    max_requests: int = 20_000,
-    max_seconds: float = 10.0,
-    warmup_requests: int = 100,
-    headers: dict[str, str] | None = None,
-) -> LoadResult:
-    """Like ``loadgen.run_load``, but connection ``w`` sends ``request_for(w)`` each time (a new
-    request every call). Bounded by ``max_requests`` and ``max_seconds``; loopback only. Errors count
-    every status ≥ 400 and every transport failure."""
-    host_port = base_url.split("://", 1)[1].rstrip("/")
-    host, port_text = host_port.rsplit(":", 1)
-    _ensure_loopback(host)
-    port = int(port_text)
-
-    def encoded(worker: int) -> bytes:
-        method, path, body = request_for(worker)
-        return encode_request(method, path, host_port, body, headers)
-
-    async def run(conns: int, count: int) -> tuple[list[float], dict[int, int], int, float]:
-        latencies: list[float] = []
-        statuses: dict[int, int] = {}
-        errors = [0]
-        budget = [count]
-        started = time.perf_counter()
-        deadline = started + max_seconds
-        await asyncio.gather(
-            *(
-                _stream_worker(host, port, w, encoded, deadline, budget, latencies, statuses, errors)
-                for w in range(conns)
-            )
-        )
-        return latencies, statuses, errors[0], time.perf_counter() - started
-
-    if warmup_requests:
-        asyncio.run(run(min(connections, 4), warmup_requests))
-    latencies, statuses, errors, seconds = asyncio.run(run(connections, max_requests))
-    return _result(name, connections, latencies, statuses, errors, seconds)
-
-
-def _result(
-    name: str,
-    connections: int,
-    latencies: list[float],
-    statuses: dict[int, int],
-    errors: int,
-    seconds: float,
-) -> LoadResult:
-    latencies.sort()
-    count = len(latencies)
-    p99_index = min(count - 1, int(count * 0.99)) if count else 0
-    return LoadResult(
-        name=name,
-        connections=connections,
-        requests=count,
-        errors=errors,
-        seconds=seconds,
-        requests_per_second=count / seconds if seconds else 0.0,
-        p50_ms=statistics.median(latencies) * 1000 if latencies else float("nan"),
-        p99_ms=latencies[p99_index] * 1000 if latencies else float("nan"),
-        status_counts=statuses,
-    )
 
 
 def non_2xx(result: LoadResult) -> int:

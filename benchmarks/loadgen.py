@@ -13,6 +13,7 @@ import ipaddress
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -73,20 +74,20 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 async def _worker(
     host: str,
     port: int,
-    payloads: list[bytes],
+    worker: int,
+    next_payload: Callable[[int], bytes],
     deadline: float,
     budget: list[int],
     latencies: list[float],
     statuses: dict[int, int],
     errors: list[int],
+    error_status: int,
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    index = 0
     try:
         while budget[0] > 0 and time.perf_counter() < deadline:
             budget[0] -= 1
-            payload = payloads[index % len(payloads)]
-            index += 1
+            payload = next_payload(worker)
             started = time.perf_counter()
             writer.write(payload)
             try:
@@ -98,54 +99,51 @@ async def _worker(
                 continue
             latencies.append(time.perf_counter() - started)
             statuses[status] = statuses.get(status, 0) + 1
-            if status >= 500:
+            if status >= error_status:
                 errors[0] += 1
     finally:
         writer.close()
 
 
-async def _run(
-    host: str, port: int, payloads: list[bytes], connections: int, max_requests: int, max_seconds: float
-) -> tuple[list[float], dict[int, int], int, float]:
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    errors = [0]
-    budget = [max_requests]
-    started = time.perf_counter()
-    deadline = started + max_seconds
-    await asyncio.gather(
-        *(
-            _worker(host, port, payloads, deadline, budget, latencies, statuses, errors)
-            for _ in range(connections)
-        )
-    )
-    return latencies, statuses, errors[0], time.perf_counter() - started
-
-
-def run_load(
+def _load(
     name: str,
     base_url: str,
-    requests: list[tuple[str, str, bytes | None]] | tuple[str, str, bytes | None],
+    payload_for: Callable[[str], Callable[[int], bytes]],
     *,
-    connections: int = 16,
-    max_requests: int = 20_000,
-    max_seconds: float = 10.0,
-    warmup_requests: int = 200,
-    headers: dict[str, str] | None = None,
+    connections: int,
+    max_requests: int,
+    max_seconds: float,
+    warmup_requests: int,
+    error_status: int,
 ) -> LoadResult:
-    """Send ``requests`` (one (method, path, body) or a list cycled through) until the request budget
-    or the time limit runs out; report throughput and latency percentiles."""
+    """Run the workers (a warm-up round first) and summarise. ``payload_for(host_port)`` gives the
+    function that makes connection ``w``'s next encoded request."""
     host_port = base_url.split("://", 1)[1].rstrip("/")
     host, port_text = host_port.rsplit(":", 1)
     _ensure_loopback(host)
     port = int(port_text)
-    request_list = [requests] if isinstance(requests, tuple) else requests
-    payloads = [encode_request(method, path, host_port, body, headers) for method, path, body in request_list]
+    next_payload = payload_for(host_port)
+
+    async def run(conns: int, count: int) -> tuple[list[float], dict[int, int], int, float]:
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        errors = [0]
+        budget = [count]
+        started = time.perf_counter()
+        deadline = started + max_seconds
+        await asyncio.gather(
+            *(
+                _worker(
+                    host, port, w, next_payload, deadline, budget, latencies, statuses, errors, error_status
+                )
+                for w in range(conns)
+            )
+        )
+        return latencies, statuses, errors[0], time.perf_counter() - started
+
     if warmup_requests:
-        asyncio.run(_run(host, port, payloads, min(connections, 4), warmup_requests, max_seconds))
-    latencies, statuses, errors, seconds = asyncio.run(
-        _run(host, port, payloads, connections, max_requests, max_seconds)
-    )
+        asyncio.run(run(min(connections, 4), warmup_requests))
+    latencies, statuses, errors, seconds = asyncio.run(run(connections, max_requests))
     latencies.sort()
     count = len(latencies)
     p99_index = min(count - 1, int(count * 0.99)) if count else 0
@@ -160,3 +158,65 @@ def run_load(
         p99_ms=latencies[p99_index] * 1000 if latencies else float("nan"),
         status_counts=statuses,
     )
+
+
+def run_load(
+    name: str,
+    base_url: str,
+    requests: list[tuple[str, str, bytes | None]] | tuple[str, str, bytes | None],
+    *,
+    connections: int = 16,
+    max_requests: int = 20_000,
+    max_seconds: float = 10.0,
+    warmup_requests: int = 200,
+    headers: dict[str, str] | None = None,
+) -> LoadResult:
+    """Send ``requests`` (one (method, path, body) or a list cycled through, from the start on every
+    connection) until the request budget or the time limit runs out; errors count 5xx and transport
+    failures."""
+    request_list = [requests] if isinstance(requests, tuple) else requests
+
+    def payload_for(host_port: str) -> Callable[[int], bytes]:
+        payloads = [
+            encode_request(method, path, host_port, body, headers) for method, path, body in request_list
+        ]
+        sent: dict[int, int] = {}
+
+        def next_payload(worker: int) -> bytes:
+            index = sent.get(worker, 0)
+            sent[worker] = index + 1
+            return payloads[index % len(payloads)]
+
+        return next_payload
+
+    return _load(
+        name, base_url, payload_for, connections=connections, max_requests=max_requests,
+        max_seconds=max_seconds, warmup_requests=warmup_requests, error_status=500,
+    )  # fmt: skip
+
+
+def run_stream_load(
+    name: str,
+    base_url: str,
+    request_for: Callable[[int], tuple[str, str, bytes | None]],
+    *,
+    connections: int = 16,
+    max_requests: int = 20_000,
+    max_seconds: float = 10.0,
+    warmup_requests: int = 100,
+    headers: dict[str, str] | None = None,
+) -> LoadResult:
+    """Like :func:`run_load`, but connection ``w`` sends ``request_for(w)`` each time (a new request
+    every call: ingest never repeats a step). Errors count every status ≥ 400 and transport failures."""
+
+    def payload_for(host_port: str) -> Callable[[int], bytes]:
+        def next_payload(worker: int) -> bytes:
+            method, path, body = request_for(worker)
+            return encode_request(method, path, host_port, body, headers)
+
+        return next_payload
+
+    return _load(
+        name, base_url, payload_for, connections=connections, max_requests=max_requests,
+        max_seconds=max_seconds, warmup_requests=warmup_requests, error_status=400,
+    )  # fmt: skip

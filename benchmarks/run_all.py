@@ -43,7 +43,7 @@ import orjson
 from benchmarks import bench_store
 from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
-from benchmarks.loadgen import LoadResult, run_load
+from benchmarks.loadgen import LoadResult, run_load, run_stream_load
 
 CONNECTIONS = (16, 64)
 MFU_BATCH_ITEMS = 1000
@@ -174,7 +174,7 @@ def measure_configuration(
                         continue
                     results[label] = run_load(label, base, requests[label], **load)
                 elif kind == "ingest":
-                    results[label] = bench_store.run_stream_load(
+                    results[label] = run_stream_load(
                         label, base, ingest_request, headers=ingest_headers, **load
                     )
                 elif path == "/v1/runs/{run_id}/efficiency":
