@@ -31,15 +31,13 @@ transaction per chunk of runs, and reuses the service's code for every value the
 * run rows: ``service.api.services.runs.prepare_run`` on a ``RunCreate`` (parameter counts, size class,
   FLOPs per token, peak), once per configuration; per-run fields (start time, status, job id, tags,
   budget, price) are then set on a copy.
-* measurement rows: ``service.api.services.runs.measurement_rows`` (the ingest path's own function:
+* measurement rows: ``service.api.services.ingest.measurement_rows`` (the ingest path's own function:
   throughput form → tokens/s → MFU, HFU, TFLOP/s, tokens/s per device) on items shaped like the
   validated JSON; written with ``service.store.runs.insert_measurements`` (executemany on SQLite, COPY on
   PostgreSQL: the ingest path's own writer).
-* summaries: the ingest path computes them inline in ``_add_measurements`` (not a reusable function), so
-  they are replicated with the same domain functions: ``fleet.bin_counts`` for the per-run histogram,
-  ``fleet.percentile_from_histogram(…, 0.5)`` for the median, ``fleet.mfu_bin`` for the fleet bin, first
-  time = earliest measured_at, latest_* from the highest step. Tenant and fleet histograms are added with
-  the store's upsert (``service.store.runs._upsert_add``: counter += n), the fleet one only for catalog
+* summaries: ``service.api.services.ingest.summary_after`` (the ingest path's own function) on the
+  run with no measurements, given the histogram ``fleet.bin_counts`` makes of all its rows. Tenant and
+  fleet histograms are added with the store's upsert (``service.store.runs._upsert_add``: counter += n), the fleet one only for catalog
   accelerators (as ``move_run_in_histograms``).
 * runs, tags and per-run histograms are written at the driver: executemany of the compiled INSERT on
   SQLite (times as the store binds them, ``service.store.runs._sqlite_time``), COPY on PostgreSQL.
@@ -59,7 +57,6 @@ import dataclasses
 import itertools
 import json
 import math
-import operator
 import random
 import secrets
 import subprocess
@@ -80,6 +77,7 @@ from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
 from benchmarks.loadgen import LoadResult, run_load, run_stream_load
 from service.api.schemas.runs import RunCreate
+from service.api.services import ingest
 from service.api.services import runs as run_service
 from service.domain import fleet
 from service.store import runs as store
@@ -519,7 +517,7 @@ class BulkLoader:
         per_run_rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for config_index, (items, pks) in by_config.items():
             config = self.configs[config_index]
-            rows = run_service.measurement_rows(config.template, items, now=NOW)
+            rows = ingest.measurement_rows(config.template, items, now=NOW)
             for row, pk in zip(rows, pks, strict=True):
                 row["run_pk"] = pk
                 per_run_rows[pk].append(row)
@@ -527,7 +525,7 @@ class BulkLoader:
         for pk, run_id, tenant, config, started_at in run_meta:
             rows = per_run_rows.get(pk, [])
             values = dict(config.values)
-            summary = _summary(rows)
+            summary = _summary(config.template, rows)
             status = rnd.choices(("finished", "failed", "running"), (0.85, 0.05, 0.10))[0]
             last_time = summary["values"]["latest_measured_at"] or started_at
             values.update(
@@ -595,40 +593,28 @@ class BulkLoader:
         return measurement_total
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run summary as ``_add_measurements`` keeps it, from all of a run's measurement rows at once
-    (same domain functions: bin_counts → percentile_from_histogram(0.5) → mfu_bin)."""
-    if not rows:
-        return {
-            "bins": {},
-            "values": {
-                "measurement_count": 0,
-                "first_measured_at": None,
-                "latest_step": None,
-                "latest_measured_at": None,
-                "latest_mfu": None,
-                "latest_tokens_per_second": None,
-                "median_mfu": NO_MFU,
-                "fleet_bin": None,
-            },
-        }
+_SUMMARY_FIELDS = (
+    "measurement_count",
+    "first_measured_at",
+    "latest_step",
+    "latest_measured_at",
+    "latest_mfu",
+    "latest_tokens_per_second",
+    "median_mfu",
+    "fleet_bin",
+)
+
+
+def _summary(template: store.RunRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run summary as the ingest path keeps it, from all of a run's measurement rows at once:
+    ``ingest.summary_after`` (the ingest path's own function) on a run with no measurements, given
+    the histogram ``fleet.bin_counts`` makes of them."""
     bins = fleet.bin_counts(row["mfu"] for row in rows)
-    median = fleet.percentile_from_histogram(bins, 0.5)
-    assert median is not None
-    top = max(rows, key=operator.itemgetter("step"))
-    return {
-        "bins": bins,
-        "values": {
-            "measurement_count": len(rows),
-            "first_measured_at": min(row["measured_at"] for row in rows),
-            "latest_step": top["step"],
-            "latest_measured_at": top["measured_at"],
-            "latest_mfu": top["mfu"],
-            "latest_tokens_per_second": top["tokens_per_second"],
-            "median_mfu": median,
-            "fleet_bin": fleet.mfu_bin(median),
-        },
-    }
+    after = ingest.summary_after(template, rows, bins, now=NOW)
+    values = {name: getattr(after, name) for name in _SUMMARY_FIELDS}
+    if values["median_mfu"] is None:
+        values["median_mfu"] = NO_MFU  # the column's "none yet"
+    return {"bins": bins, "values": values}
 
 
 # --------------------------------------------------------------------------------------------------

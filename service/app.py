@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 from service import __version__
 from service.api.baseline import router as baseline_router
+from service.api.deps import PrincipalCache
 from service.api.docs import install_docs
 from service.api.handlers import install_handlers
 from service.api.middleware import RequestContextMiddleware
@@ -70,6 +71,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         try:
             yield
         finally:
+            ingest = getattr(app.state, "measurement_ingest", None)
+            if ingest is not None:  # commit what is queued before the engine goes
+                ingest.close()
+                app.state.measurement_ingest = None
             if own_engine:
                 app.state.engine.dispose()
 
@@ -84,6 +89,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         openapi_tags=TAGS,
     )
     app.state.settings = settings
+    app.state.principal_cache = PrincipalCache()
     if engine is not None:
         app.state.engine = engine
     install_handlers(app)

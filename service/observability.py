@@ -1,4 +1,5 @@
-"""Structured logs with the request id, and the Prometheus metrics of the HTTP layer."""
+"""Structured logs with the request id, and the Prometheus metrics of the HTTP layer and the ingest
+writer."""
 
 from __future__ import annotations
 
@@ -21,6 +22,21 @@ HTTP_LATENCY = Histogram(
     ["route", "method"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+INGEST_BATCH_REQUESTS = Histogram(
+    "teff_ingest_batch_requests",
+    "Measurement requests committed together in one group-commit transaction",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+INGEST_BATCH_SECONDS = Histogram(
+    "teff_ingest_batch_seconds",
+    "Duration of one group-commit transaction of measurements (BEGIN to COMMIT)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
+
+def observe_ingest_batch(requests: int, seconds: float) -> None:
+    INGEST_BATCH_REQUESTS.observe(requests)
+    INGEST_BATCH_SECONDS.observe(seconds)
 
 
 class _RequestIdFilter(logging.Filter):

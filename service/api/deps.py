@@ -4,32 +4,44 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Annotated
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
 
-from service.api.problems import FORBIDDEN, UNAUTHORIZED, ProblemError
+from service.api.problems import FORBIDDEN, UNAUTHORIZED, UNAUTHORIZED_HEADERS, ProblemError, invalid_api_key
 from service.settings import Settings
 from service.store import keys
 from service.store.uow import UnitOfWork
 
+if TYPE_CHECKING:
+    from service.api.services.ingest import MeasurementIngest
 
-def get_settings(request: Request) -> Settings:
+
+async def get_settings(request: Request) -> Settings:
+    # async: FastAPI runs a plain-def dependency in the threadpool, a hop per request for a lookup.
     settings: Settings = request.app.state.settings
     return settings
 
 
-async def get_engine(request: Request) -> AsyncIterator[Engine]:
-    """The engine, once the request is admitted (app.state.database_admission bounds the requests
-    that hold connections, so none waits for a connection while holding a thread another needs)."""
+@asynccontextmanager
+async def _admitted(request: Request) -> AsyncIterator[Engine]:
     engine: Engine = request.app.state.engine
     admission: asyncio.Semaphore | None = getattr(request.app.state, "database_admission", None)
     if admission is None:
         yield engine
         return
     async with admission:
+        yield engine
+
+
+async def get_engine(request: Request) -> AsyncIterator[Engine]:
+    """The engine, once the request is admitted (app.state.database_admission bounds the requests
+    that hold connections, so none waits for a connection while holding a thread another needs)."""
+    async with _admitted(request) as engine:
         yield engine
 
 
@@ -43,11 +55,27 @@ def write_uow(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[UnitOf
         yield uow
 
 
+async def get_measurement_ingest(request: Request) -> MeasurementIngest:
+    """The app's ingest pipeline (made on first use: its writer thread starts then, and the lifespan
+    closes it at shutdown)."""
+    from service.api.services.ingest import MeasurementIngest
+
+    state = request.app.state
+    ingest: MeasurementIngest | None = getattr(state, "measurement_ingest", None)
+    if ingest is None:
+        cache: PrincipalCache = state.principal_cache
+        ingest = state.measurement_ingest = MeasurementIngest(
+            state.engine,
+            admission=getattr(state, "database_admission", None),
+            on_revoked_key=cache.forget,
+        )
+    return ingest
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
 ReadUow = Annotated[UnitOfWork, Depends(read_uow)]
 WriteUow = Annotated[UnitOfWork, Depends(write_uow)]
-
-_UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="teff"'}
 
 
 _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKey")
@@ -62,6 +90,29 @@ def _presented_key(x_api_key: str | None, bearer: HTTPAuthorizationCredentials |
     return None
 
 
+def _no_key() -> ProblemError:
+    return ProblemError(
+        UNAUTHORIZED,
+        "No API key: send `X-API-Key: <key>` or `Authorization: Bearer <key>` "
+        "(create one with `teff keys create --tenant T --scopes read,write`).",
+        headers=UNAUTHORIZED_HEADERS,
+    )
+
+
+def _check_scope(principal: keys.Principal, scope: str) -> keys.Principal:
+    if scope not in principal.scopes and "admin" not in principal.scopes:
+        raise ProblemError(
+            FORBIDDEN,
+            f"This operation needs the `{scope}` scope; the key has {', '.join(sorted(principal.scopes))}.",
+        )
+    return principal
+
+
+def _authenticate(engine: Engine, key: str) -> keys.Principal | None:
+    with UnitOfWork(engine, write=False) as uow:
+        return keys.authenticate(uow.connection, key)
+
+
 def require_scope(scope: str) -> Callable[..., keys.Principal]:
     """A dependency that authenticates the caller and checks one scope (admin implies all)."""
 
@@ -72,28 +123,72 @@ def require_scope(scope: str) -> Callable[..., keys.Principal]:
     ) -> keys.Principal:
         key = _presented_key(x_api_key, bearer)
         if key is None:
-            raise ProblemError(
-                UNAUTHORIZED,
-                "No API key: send `X-API-Key: <key>` or `Authorization: Bearer <key>` "
-                "(create one with `teff keys create --tenant T --scopes read,write`).",
-                headers=_UNAUTHORIZED_HEADERS,
-            )
-        with UnitOfWork(engine, write=False) as uow:
-            principal = keys.authenticate(uow.connection, key)
+            raise _no_key()
+        principal = _authenticate(engine, key)
         if principal is None:
-            raise ProblemError(
-                UNAUTHORIZED, "The API key is not valid or has been revoked.", headers=_UNAUTHORIZED_HEADERS
-            )
-        if scope not in principal.scopes and "admin" not in principal.scopes:
-            raise ProblemError(
-                FORBIDDEN,
-                f"This operation needs the `{scope}` scope; the key has {', '.join(sorted(principal.scopes))}.",
-            )
-        return principal
+            raise invalid_api_key()
+        return _check_scope(principal, scope)
 
     dependency.__name__ = f"require_{scope}_scope"
     return dependency
 
 
+class PrincipalCache:
+    """Principals of keys this process has authenticated, by the key's SHA-256 (never the key).
+
+    For operations that re-check the key inside their own write transaction (measurement ingest:
+    ``keys.active_key_ids``), so a revoked key is still refused at once and writes nothing; the cache
+    only saves the separate read that authentication would otherwise cost each request. Keys never
+    change tenant or scopes after creation, so a cached principal is either right or revoked.
+    Bounded: when full it starts again empty.
+    """
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._max_entries = max_entries
+        self._by_digest: dict[str, keys.Principal] = {}
+
+    def get(self, digest: str) -> keys.Principal | None:
+        return self._by_digest.get(digest)
+
+    def put(self, digest: str, principal: keys.Principal) -> None:
+        if len(self._by_digest) >= self._max_entries:
+            self._by_digest.clear()
+        self._by_digest[digest] = principal
+
+    def forget(self, key_id: int) -> None:
+        for digest in [d for d, p in self._by_digest.items() if p.key_id == key_id]:
+            del self._by_digest[digest]
+
+
+def require_scope_rechecked_on_write(scope: str) -> Callable[..., Any]:
+    """Like :func:`require_scope`, but served from the app's :class:`PrincipalCache` when the key was
+    seen before, on the event loop. Only for operations that re-check the key in their write
+    transaction (``keys.active_key_ids``) and call ``PrincipalCache.forget`` when it was revoked."""
+
+    async def dependency(
+        request: Request,
+        x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
+        bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    ) -> keys.Principal:
+        key = _presented_key(x_api_key, bearer)
+        if key is None:
+            raise _no_key()
+        cache: PrincipalCache = request.app.state.principal_cache
+        digest = keys.key_digest(key)
+        principal = cache.get(digest)
+        if principal is None:
+            async with _admitted(request) as engine:
+                principal = await run_in_threadpool(_authenticate, engine, key)
+            if principal is None:
+                raise invalid_api_key()
+            cache.put(digest, principal)
+        return _check_scope(principal, scope)
+
+    dependency.__name__ = f"require_{scope}_scope_rechecked_on_write"
+    return dependency
+
+
 ReadPrincipal = Annotated[keys.Principal, Depends(require_scope("read"))]
 WritePrincipal = Annotated[keys.Principal, Depends(require_scope("write"))]
+#: For measurement ingest (see require_scope_rechecked_on_write).
+IngestPrincipal = Annotated[keys.Principal, Depends(require_scope_rechecked_on_write("write"))]

@@ -177,6 +177,16 @@ class ProblemError(Exception):
         self.extensions = extensions
 
 
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="teff"'}
+
+
+def invalid_api_key() -> ProblemError:
+    """401 for a key that is unknown, malformed or revoked (one answer for all three)."""
+    return ProblemError(
+        UNAUTHORIZED, "The API key is not valid or has been revoked.", headers=dict(UNAUTHORIZED_HEADERS)
+    )
+
+
 def problem_body(
     kind: ProblemKind, detail: str, *, instance: str | None, request_id: str | None, **extensions: Any
 ) -> dict[str, Any]:

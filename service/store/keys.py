@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from service.store.tables import api_keys
 
@@ -115,3 +116,23 @@ def authenticate(connection: Connection, key: str) -> Principal | None:
     if row is None or not matches or row.revoked_at is not None:
         return None
     return Principal(key_id=row.id, tenant=row.tenant, scopes=frozenset(row.scopes.split(",")))
+
+
+def key_digest(key: str) -> str:
+    """The stored form of a key (what a principal cache may be keyed by: never the key itself)."""
+    return _hash(key)
+
+
+def active_key_ids(connection: Connection, key_ids: Iterable[int]) -> set[int]:
+    """Which of these keys exist and are not revoked (read inside a write transaction, it is the
+    revocation check of a write whose principal was authenticated earlier)."""
+    ids = sorted(set(key_ids))
+    if not ids:
+        return set()
+    return set(connection.execute(_ACTIVE_KEYS, {"ids": ids}).scalars())
+
+
+# Built once (it runs in every ingest transaction).
+_ACTIVE_KEYS = select(api_keys.c.id).where(
+    api_keys.c.id.in_(bindparam("ids", expanding=True)), api_keys.c.revoked_at.is_(None)
+)

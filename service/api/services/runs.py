@@ -17,20 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
-import gc
 import hashlib
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache, partial
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -39,17 +32,14 @@ from service.api.problems import (
     IDEMPOTENCY_IN_FLIGHT,
     IDEMPOTENCY_MISMATCH,
     NOT_FOUND,
-    VALIDATION_ERROR,
     ProblemError,
 )
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
 from service.api.schemas.common import HardwareRef, ModelRef, ThroughputIn
 from service.api.schemas.runs import (
     MAX_TAGS,
-    MeasurementItem,
     MeasurementPage,
     MeasurementRead,
-    MeasurementsAdded,
     MfuDistribution,
     MfuTrend,
     ParallelLayout,
@@ -70,8 +60,8 @@ from service.api.schemas.runs import (
 from service.api.schemas.stats import FleetGroup, FleetMfuStats, MfuPercentiles, RunRank, SizeClassRead
 from service.api.services.prediction import PredictedVsMeasured
 from service.api.services.prediction import predicted_vs_measured as run_prediction
-from service.domain import fleet, hardware, mfu, models
-from service.domain.errors import DomainError, InvalidInput
+from service.domain import fleet, hardware, models
+from service.domain.errors import InvalidInput
 from service.domain.flops import flops_per_token
 from service.store import runs as store
 from service.store.keys import Principal
@@ -102,7 +92,7 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def _not_found(run_id: str) -> ProblemError:
+def not_found(run_id: str) -> ProblemError:
     return ProblemError(NOT_FOUND, f"No run {run_id!r} for this API key's tenant.", run_id=run_id)
 
 
@@ -111,7 +101,7 @@ def _require_run(
 ) -> store.RunRecord:
     run = store.get_run(connection, tenant=tenant, run_id=run_id, for_update=for_update, with_tags=with_tags)
     if run is None:
-        raise _not_found(run_id)
+        raise not_found(run_id)
     return run
 
 
@@ -631,262 +621,7 @@ def delete_run(uow: UnitOfWork, *, principal: Principal, run_id: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Measurements: parse, compute, store
-
-
-@lru_cache(maxsize=8)
-def _adapters(max_items: int) -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
-    many: TypeAdapter[Any] = TypeAdapter(
-        Annotated[list[MeasurementItem], Field(min_length=1, max_length=max_items)]
-    )
-    one: TypeAdapter[Any] = TypeAdapter(MeasurementItem)
-    return many, one
-
-
-def _error_field(loc: Sequence[Any], is_list: bool) -> str:
-    parts = list(loc)
-    path = "body"
-    if is_list and parts and isinstance(parts[0], int):
-        path = f"body[{parts[0]}]"
-        parts = parts[1:]
-    for part in parts:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
-    """One measurement object or a list of them, validated straight from the raw JSON (pydantic's
-    Rust parser; FastAPI's default path would build the Python objects twice)."""
-    many, one = _adapters(max_items)
-    is_list = body.lstrip()[:1] != b"{"
-    try:
-        parsed = many.validate_json(body) if is_list else [one.validate_json(body)]
-    except ValidationError as exc:
-        errors = []
-        for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
-            message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-            errors.append(
-                {"field": _error_field(error["loc"], is_list), "message": message, "code": error["type"]}
-            )
-        detail = f"{errors[0]['field']}: {errors[0]['message']}"
-        if exc.error_count() > 1:
-            detail += f" (and {exc.error_count() - 1} more; nothing was stored)"
-        raise ProblemError(VALIDATION_ERROR, detail, errors=errors) from None
-    return parsed
-
-
-def _domain_throughput(throughput: dict[str, Any]) -> tuple[str, float, mfu.Throughput]:
-    """The form sent, its value and the domain's throughput (validated: exactly one form)."""
-    value = throughput.get("tokens_per_second")
-    if value is not None:
-        return "tokens_per_second", value, mfu.GlobalTokensPerSecond(value)
-    value = throughput.get("tokens_per_second_per_device")
-    if value is not None:
-        return "tokens_per_second_per_device", value, mfu.TokensPerSecondPerDevice(value)
-    value = throughput.get("sequences_per_second")
-    if value is not None:
-        return "sequences_per_second", value, mfu.SamplesPerSecond(value)
-    value = throughput["step_time_seconds"]
-    step_time = mfu.StepTime(
-        value,
-        global_batch_tokens=throughput.get("global_batch_tokens"),
-        global_batch_sequences=throughput.get("global_batch_sequences"),
-    )
-    return "step_time_seconds", value, step_time
-
-
-def _run_accelerator(run: store.RunRecord) -> hardware.Accelerator:
-    """The run's part as resolved at creation, with the peak stored then: a later catalog change
-    never changes the MFU of the run's later measurements."""
-    stored_peak: dict[str, Any] = {f"{run.precision}_tflops": run.peak_tflops_per_device}
-    try:
-        part = resolve_accelerator(HardwareRef.model_validate(run.spec["hardware"]))
-    except DomainError:  # no longer in the catalog
-        return hardware.custom_accelerator(
-            name=run.accelerator_name, peak_tflops={run.precision: run.peak_tflops_per_device}
-        )
-    return dataclasses.replace(part, **stored_peak)
-
-
-def measurement_rows(
-    run: store.RunRecord, items: list[dict[str, Any]], *, now: datetime
-) -> list[dict[str, Any]]:
-    """Rows for the measurements table: each item's global tokens/s (the domain's normalisation), then
-    MFU, HFU, achieved TFLOP/s and tokens/s per device as that rate times per-(token/s) factors taken
-    from the domain's compute_mfu of the first item: one multiply per value, one formula."""
-    accelerator = _run_accelerator(run)
-    device_count = run.device_count
-    seq_len = run.seq_len_tokens
-
-    def full(throughput: mfu.Throughput) -> mfu.MfuResult:
-        return mfu.compute_mfu(
-            model_flops_per_token=run.model_flops_per_token,
-            hardware_flops_per_token=run.hardware_flops_per_token,
-            accelerator=accelerator,
-            device_count=device_count,
-            precision=run.precision,  # type: ignore[arg-type]
-            throughput=throughput,
-            seq_len_tokens=seq_len,
-            convention=run.convention,
-        )
-
-    # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
-    # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
-    forms = [_domain_throughput(item["throughput"]) for item in items]
-    first = with_field_prefix("body[0]", lambda: full(forms[0][2]))
-    mfu_per = first.mfu / first.tokens_per_second
-    hfu_per = first.hfu / first.tokens_per_second
-    tflops_per = first.achieved_tflops_per_device / first.tokens_per_second
-    per_device = first.tokens_per_second_per_device / first.tokens_per_second
-    lowest = mfu.MIN_PLAUSIBLE_MFU
-    rows: list[dict[str, Any]] = []
-    run_pk = run.pk
-    global_rate = mfu.global_tokens_per_second
-    for index, item in enumerate(items):
-        throughput = item["throughput"]
-        form, value, domain_throughput = forms[index]
-        try:
-            rate = global_rate(domain_throughput, device_count=device_count, seq_len_tokens=seq_len)
-        except DomainError as exc:
-            exc.field = f"body[{index}].{exc.field or 'throughput'}"
-            raise
-        value_mfu = rate * mfu_per
-        value_hfu = rate * hfu_per
-        if not (lowest <= value_mfu <= 1.0 and value_hfu <= 1.0):
-            # Outside what the domain accepts: it explains why (likely causes, corrected values).
-            with_field_prefix(f"body[{index}]", partial(full, domain_throughput))
-        rows.append(
-            {
-                "run_pk": run_pk,
-                "step": item["step"],
-                "measured_at": item.get("time") or now,
-                "throughput_form": form,
-                "throughput_value": value,
-                "global_batch_tokens": throughput.get("global_batch_tokens"),
-                "global_batch_sequences": throughput.get("global_batch_sequences"),
-                "tokens_per_second": rate,
-                "tokens_per_second_per_device": rate * per_device,
-                "mfu": value_mfu,
-                "hfu": value_hfu,
-                "achieved_tflops_per_device": rate * tflops_per,
-                "loss": item.get("loss"),
-                "memory_bytes": item.get("memory_bytes"),
-                "grad_norm_sq_small": item.get("grad_norm_sq_small"),
-                "grad_norm_sq_big": item.get("grad_norm_sq_big"),
-                "batch_small_tokens": item.get("batch_small_tokens"),
-                "batch_big_tokens": item.get("batch_big_tokens"),
-            }
-        )
-    return rows
-
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_paused_here = False
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while a batch is parsed and stored.
-
-    A 10,000-item request keeps ~50,000 container objects alive at once; each time that many
-    survive, CPython runs a full collection over the whole heap (measured: ~40% of an ingest
-    request). They hold no cycles and are freed by reference counting when the request ends, so the
-    pause loses nothing. Nested and concurrent pauses are counted; a collector someone else disabled
-    is left disabled.
-    """
-    global _gc_pausers, _gc_paused_here
-    with _gc_lock:
-        if _gc_pausers == 0 and gc.isenabled():
-            gc.disable()
-            _gc_paused_here = True
-        _gc_pausers += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_paused_here:
-                _gc_paused_here = False
-                gc.enable()
-
-
-def add_measurements(
-    engine: Engine, *, principal: Principal, run_id: str, body: bytes, max_items: int
-) -> MeasurementsAdded:
-    with cyclic_gc_paused():
-        return _add_measurements(engine, principal=principal, run_id=run_id, body=body, max_items=max_items)
-
-
-def _add_measurements(
-    engine: Engine, *, principal: Principal, run_id: str, body: bytes, max_items: int
-) -> MeasurementsAdded:
-    """Validate every item, compute every row, then store the new steps in one transaction
-    (all or nothing). A step the run already has, or one repeated in the request, is ignored and
-    reported: the first write wins, so a retried call changes nothing."""
-    items = parse_measurements(body, max_items=max_items)
-    tenant = principal.tenant
-    with UnitOfWork(engine, write=False) as uow:
-        run = _require_run(uow.connection, tenant=tenant, run_id=run_id, with_tags=False)
-    rows = measurement_rows(run, items, now=now_utc())
-
-    with UnitOfWork(engine, write=True) as uow:
-        connection = uow.connection
-        run = _require_run(connection, tenant=tenant, run_id=run_id, for_update=True, with_tags=False)
-        seen: set[int] = set()
-        ignored: set[int] = set()
-        fresh: list[dict[str, Any]] = []
-        steps = [row["step"] for row in rows]
-        low, high = min(steps), max(steps)
-        stored: set[int] = set()
-        if run.latest_step is not None and low <= run.latest_step:
-            stored = store.existing_steps(
-                connection, run_pk=run.pk, first=low, last=min(high, run.latest_step)
-            )
-        for row in rows:
-            step = row["step"]
-            if step in seen or step in stored:
-                ignored.add(step)
-                continue
-            seen.add(step)
-            fresh.append(row)
-        if fresh:
-            store.insert_measurements(connection, rows=fresh)
-            store.add_to_run_histogram(
-                connection, run_pk=run.pk, counts=fleet.bin_counts(r["mfu"] for r in fresh)
-            )
-            median = fleet.percentile_from_histogram(store.run_histogram(connection, run_pk=run.pk), 0.5)
-            assert median is not None
-            new_bin = fleet.mfu_bin(median)
-            values: dict[str, Any] = {
-                "measurement_count": run.measurement_count + len(fresh),
-                "median_mfu": median,
-                "fleet_bin": new_bin,
-                "updated_at": now_utc(),
-            }
-            first_time = min(row["measured_at"] for row in fresh)
-            if run.first_measured_at is None or first_time < run.first_measured_at:
-                values["first_measured_at"] = first_time
-            top = max(fresh, key=lambda row: row["step"])
-            if run.latest_step is None or top["step"] > run.latest_step:
-                values.update(
-                    latest_step=top["step"],
-                    latest_measured_at=top["measured_at"],
-                    latest_mfu=top["mfu"],
-                    latest_tokens_per_second=top["tokens_per_second"],
-                )
-            store.update_run(connection, run_pk=run.pk, values=values)
-            store.move_run_in_histograms(connection, run=run, old_bin=run.fleet_bin, new_bin=new_bin)
-            # The summary as just written (no third read of the row inside the write lock).
-            run = dataclasses.replace(run, **values)
-        uow.commit()
-    return MeasurementsAdded(
-        run_id=run.id,
-        received=len(rows),
-        stored=len(fresh),
-        ignored_steps=sorted(ignored),
-        summary=run_summary(run),
-    )
+# Measurements: read back (ingest lives in service.api.services.ingest)
 
 
 def _measurement_read(row: Any) -> MeasurementRead:

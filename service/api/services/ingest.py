@@ -1,0 +1,478 @@
+"""Measurement ingest: parse, compute each measurement's MFU, and store it with the run's summary.
+
+The path of one request (``MeasurementIngest.add``):
+
+1. The body is validated straight from its JSON bytes (one object or a list of up to
+   ``max_measurements_per_request``; all or nothing: the first invalid item is a 422 naming it).
+2. The run's compute facts (FLOPs per token, part and peak, device count, sequence length) come from a
+   process-local cache or one read. They never change after creation, so a cached copy is exact.
+3. Every item's tokens/s, MFU, HFU, TFLOP/s per device are computed (the domain's ``compute_mfu``;
+   an MFU above 1 is a 422 that stores nothing).
+4. The rows go to the app's group-commit writer (``service.store.group_commit``), which commits the
+   jobs queued meanwhile in one transaction (:func:`commit_batch`) and answers each after the commit.
+   Inside that transaction the key is checked again (a key revoked since it was cached writes nothing:
+   401) and the run is locked and read again (deleted meanwhile: 404).
+
+Small bodies are handled on the event loop; large ones (``INLINE_BODY_BYTES``) are parsed and computed
+in the threadpool so that a 10,000-item request never stalls the loop.
+
+Repeated steps: a (run, step) is stored once and the first write wins, across requests and within one;
+a repeat is listed in ``ignored_steps``. Requests committed in one batch behave as if run one after the
+other in arrival order; each answer's summary is the run's as committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache, partial
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter, ValidationError
+from sqlalchemy import Connection, Engine
+from starlette.concurrency import run_in_threadpool
+
+from service.api.problems import NOT_FOUND, VALIDATION_ERROR, ProblemError, invalid_api_key
+from service.api.resolve import resolve_accelerator, with_field_prefix
+from service.api.schemas.common import HardwareRef
+from service.api.schemas.runs import MeasurementItem, MeasurementsAdded
+from service.api.services.runs import not_found, now_utc, run_summary
+from service.domain import fleet, hardware, mfu
+from service.domain.errors import DomainError
+from service.observability import observe_ingest_batch
+from service.store import keys as key_store
+from service.store import runs as store
+from service.store.group_commit import GroupCommitWriter
+from service.store.keys import Principal
+from service.store.uow import UnitOfWork
+
+MAX_REPORTED_ERRORS = 20
+#: Bodies above this are parsed and computed in the threadpool rather than on the event loop
+#: (~1 ms of work at 100 items).
+INLINE_BODY_BYTES = 32 * 1024
+#: Rows per group-commit transaction at most (a batch always takes at least one whole request).
+MAX_BATCH_ROWS = 50_000
+#: Runs whose compute facts are cached per process.
+RUN_CACHE_ENTRIES = 4096
+
+
+# --------------------------------------------------------------------------------------------------
+# Parse and compute
+
+
+@lru_cache(maxsize=8)
+def _adapters(max_items: int) -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
+    many: TypeAdapter[Any] = TypeAdapter(
+        Annotated[list[MeasurementItem], Field(min_length=1, max_length=max_items)]
+    )
+    one: TypeAdapter[Any] = TypeAdapter(MeasurementItem)
+    return many, one
+
+
+def _error_field(loc: Sequence[Any], is_list: bool) -> str:
+    parts = list(loc)
+    path = "body"
+    if is_list and parts and isinstance(parts[0], int):
+        path = f"body[{parts[0]}]"
+        parts = parts[1:]
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
+    """One measurement object or a list of them, validated straight from the raw JSON (pydantic's
+    Rust parser; FastAPI's default path would build the Python objects twice)."""
+    many, one = _adapters(max_items)
+    is_list = body.lstrip()[:1] != b"{"
+    try:
+        parsed = many.validate_json(body) if is_list else [one.validate_json(body)]
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors(include_url=False)[:MAX_REPORTED_ERRORS]:
+            message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+            errors.append(
+                {"field": _error_field(error["loc"], is_list), "message": message, "code": error["type"]}
+            )
+        detail = f"{errors[0]['field']}: {errors[0]['message']}"
+        if exc.error_count() > 1:
+            detail += f" (and {exc.error_count() - 1} more; nothing was stored)"
+        raise ProblemError(VALIDATION_ERROR, detail, errors=errors) from None
+    return parsed
+
+
+def _domain_throughput(throughput: dict[str, Any]) -> tuple[str, float, mfu.Throughput]:
+    """The form sent, its value and the domain's throughput (validated: exactly one form)."""
+    value = throughput.get("tokens_per_second")
+    if value is not None:
+        return "tokens_per_second", value, mfu.GlobalTokensPerSecond(value)
+    value = throughput.get("tokens_per_second_per_device")
+    if value is not None:
+        return "tokens_per_second_per_device", value, mfu.TokensPerSecondPerDevice(value)
+    value = throughput.get("sequences_per_second")
+    if value is not None:
+        return "sequences_per_second", value, mfu.SamplesPerSecond(value)
+    value = throughput["step_time_seconds"]
+    step_time = mfu.StepTime(
+        value,
+        global_batch_tokens=throughput.get("global_batch_tokens"),
+        global_batch_sequences=throughput.get("global_batch_sequences"),
+    )
+    return "step_time_seconds", value, step_time
+
+
+def run_accelerator(run: store.RunRecord) -> hardware.Accelerator:
+    """The run's part as resolved at creation, with the peak stored then: a later catalog change
+    never changes the MFU of the run's later measurements."""
+    stored_peak: dict[str, Any] = {f"{run.precision}_tflops": run.peak_tflops_per_device}
+    try:
+        part = resolve_accelerator(HardwareRef.model_validate(run.spec["hardware"]))
+    except DomainError:  # no longer in the catalog
+        return hardware.custom_accelerator(
+            name=run.accelerator_name, peak_tflops={run.precision: run.peak_tflops_per_device}
+        )
+    return dataclasses.replace(part, **stored_peak)
+
+
+def measurement_rows(
+    run: store.RunRecord,
+    items: list[dict[str, Any]],
+    *,
+    now: datetime,
+    accelerator: hardware.Accelerator | None = None,
+) -> list[dict[str, Any]]:
+    """Rows for the measurements table: each item's global tokens/s (the domain's normalisation), then
+    MFU, HFU, achieved TFLOP/s and tokens/s per device as that rate times per-(token/s) factors taken
+    from the domain's compute_mfu of the first item: one multiply per value, one formula."""
+    if accelerator is None:
+        accelerator = run_accelerator(run)
+    device_count = run.device_count
+    seq_len = run.seq_len_tokens
+
+    def full(throughput: mfu.Throughput) -> mfu.MfuResult:
+        return mfu.compute_mfu(
+            model_flops_per_token=run.model_flops_per_token,
+            hardware_flops_per_token=run.hardware_flops_per_token,
+            accelerator=accelerator,
+            device_count=device_count,
+            precision=run.precision,  # type: ignore[arg-type]
+            throughput=throughput,
+            seq_len_tokens=seq_len,
+            convention=run.convention,
+        )
+
+    # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
+    # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
+    forms = [_domain_throughput(item["throughput"]) for item in items]
+    first = with_field_prefix("body[0]", lambda: full(forms[0][2]))
+    mfu_per = first.mfu / first.tokens_per_second
+    hfu_per = first.hfu / first.tokens_per_second
+    tflops_per = first.achieved_tflops_per_device / first.tokens_per_second
+    per_device = first.tokens_per_second_per_device / first.tokens_per_second
+    lowest = mfu.MIN_PLAUSIBLE_MFU
+    rows: list[dict[str, Any]] = []
+    run_pk = run.pk
+    global_rate = mfu.global_tokens_per_second
+    for index, item in enumerate(items):
+        throughput = item["throughput"]
+        form, value, domain_throughput = forms[index]
+        try:
+            rate = global_rate(domain_throughput, device_count=device_count, seq_len_tokens=seq_len)
+        except DomainError as exc:
+            exc.field = f"body[{index}].{exc.field or 'throughput'}"
+            raise
+        value_mfu = rate * mfu_per
+        value_hfu = rate * hfu_per
+        if not (lowest <= value_mfu <= 1.0 and value_hfu <= 1.0):
+            # Outside what the domain accepts: it explains why (likely causes, corrected values).
+            with_field_prefix(f"body[{index}]", partial(full, domain_throughput))
+        rows.append(
+            {
+                "run_pk": run_pk,
+                "step": item["step"],
+                "measured_at": item.get("time") or now,
+                "throughput_form": form,
+                "throughput_value": value,
+                "global_batch_tokens": throughput.get("global_batch_tokens"),
+                "global_batch_sequences": throughput.get("global_batch_sequences"),
+                "tokens_per_second": rate,
+                "tokens_per_second_per_device": rate * per_device,
+                "mfu": value_mfu,
+                "hfu": value_hfu,
+                "achieved_tflops_per_device": rate * tflops_per,
+                "loss": item.get("loss"),
+                "memory_bytes": item.get("memory_bytes"),
+                "grad_norm_sq_small": item.get("grad_norm_sq_small"),
+                "grad_norm_sq_big": item.get("grad_norm_sq_big"),
+                "batch_small_tokens": item.get("batch_small_tokens"),
+                "batch_big_tokens": item.get("batch_big_tokens"),
+            }
+        )
+    return rows
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_paused_here = False
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while a batch is parsed and stored.
+
+    A 10,000-item request keeps ~50,000 container objects alive at once; each time that many
+    survive, CPython runs a full collection over the whole heap (measured: ~40% of an ingest
+    request). They hold no cycles and are freed by reference counting when the request ends, so the
+    pause loses nothing. Nested and concurrent pauses are counted; a collector someone else disabled
+    is left disabled.
+    """
+    global _gc_pausers, _gc_paused_here
+    with _gc_lock:
+        if _gc_pausers == 0 and gc.isenabled():
+            gc.disable()
+            _gc_paused_here = True
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_paused_here:
+                _gc_paused_here = False
+                gc.enable()
+
+
+# --------------------------------------------------------------------------------------------------
+# The run summary after new measurements
+
+
+def summary_after(
+    run: store.RunRecord, fresh: Sequence[dict[str, Any]], histogram: dict[int, int], *, now: datetime
+) -> store.RunRecord:
+    """The run as it reads once ``fresh`` rows (steps it did not have) are stored, given its MFU
+    histogram with them counted: count, median (from the histogram) and its fleet bin, first time,
+    and the latest_* fields from the highest step (a late lower step does not move them)."""
+    if not fresh:
+        return run
+    median = fleet.percentile_from_histogram(histogram, 0.5)
+    if median is None:
+        raise ValueError("the run's histogram is empty after adding measurements")
+    values: dict[str, Any] = {
+        "measurement_count": run.measurement_count + len(fresh),
+        "median_mfu": median,
+        "fleet_bin": fleet.mfu_bin(median),
+        "updated_at": now,
+    }
+    first_time = min(row["measured_at"] for row in fresh)
+    if run.first_measured_at is None or first_time < run.first_measured_at:
+        values["first_measured_at"] = first_time
+    top = max(fresh, key=lambda row: row["step"])
+    if run.latest_step is None or top["step"] > run.latest_step:
+        values.update(
+            latest_step=top["step"],
+            latest_measured_at=top["measured_at"],
+            latest_mfu=top["mfu"],
+            latest_tokens_per_second=top["tokens_per_second"],
+        )
+    return dataclasses.replace(run, **values)
+
+
+# --------------------------------------------------------------------------------------------------
+# One transaction for a batch of requests
+
+
+@dataclass(frozen=True, slots=True)
+class IngestJob:
+    """One request's computed rows, waiting for the writer."""
+
+    key_id: int
+    tenant: str
+    run_id: str
+    rows: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class _RunInBatch:
+    run: store.RunRecord  # as locked at the start of the batch
+    steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
+    fresh: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    run_pk: int
+    received: int
+    stored: int
+    ignored_steps: list[int]
+
+
+def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]:
+    """Store a batch of requests in the caller's write transaction; one outcome per job: its
+    ``MeasurementsAdded``, or a ``ProblemError`` (revoked key: 401; run gone or another tenant's: 404)
+    for a job that stored nothing. Jobs are applied in order, so the first write of a step wins."""
+    active = key_store.active_key_ids(connection, [job.key_id for job in jobs])
+    locked = store.lock_runs(connection, run_ids=[job.run_id for job in jobs if job.key_id in active])
+    batch: dict[int, _RunInBatch] = {}
+    outcomes: list[Any] = []
+    for job in jobs:
+        run = locked.get(job.run_id)
+        if job.key_id not in active:
+            outcomes.append(invalid_api_key())
+            continue
+        if run is None or run.tenant != job.tenant:
+            outcomes.append(not_found(job.run_id))
+            continue
+        state = batch.get(run.pk)
+        if state is None:
+            state = batch[run.pk] = _RunInBatch(run)
+        steps = [row["step"] for row in job.rows]
+        low, high = min(steps), max(steps)
+        stored: set[int] = set()
+        if run.latest_step is not None and low <= run.latest_step:
+            stored = store.existing_steps(
+                connection, run_pk=run.pk, first=low, last=min(high, run.latest_step)
+            )
+        ignored: set[int] = set()
+        fresh = 0
+        for row in job.rows:
+            step = row["step"]
+            if step in state.steps or step in stored:
+                ignored.add(step)
+                continue
+            state.steps.add(step)
+            state.fresh.append(row)
+            fresh += 1
+        outcomes.append(_Accepted(run.pk, len(job.rows), fresh, sorted(ignored)))
+
+    grown = {pk: state for pk, state in batch.items() if state.fresh}
+    after = {pk: state.run for pk, state in batch.items()}
+    if grown:
+        store.insert_measurements(connection, rows=[row for state in grown.values() for row in state.fresh])
+        store.add_to_run_histograms(
+            connection,
+            counts={pk: fleet.bin_counts(row["mfu"] for row in state.fresh) for pk, state in grown.items()},
+        )
+        histograms = store.run_histograms(connection, run_pks=list(grown))
+        now = now_utc()
+        for pk, state in grown.items():
+            after[pk] = summary_after(state.run, state.fresh, histograms.get(pk, {}), now=now)
+        store.update_summaries(connection, summaries=[after[pk] for pk in grown])
+        store.move_runs_in_histograms(
+            connection,
+            moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
+        )
+
+    return [
+        MeasurementsAdded(
+            run_id=after[outcome.run_pk].id,
+            received=outcome.received,
+            stored=outcome.stored,
+            ignored_steps=outcome.ignored_steps,
+            summary=run_summary(after[outcome.run_pk]),
+        )
+        if isinstance(outcome, _Accepted)
+        else outcome
+        for outcome in outcomes
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# The pipeline of one app
+
+
+@dataclass(frozen=True, slots=True)
+class _RunFacts:
+    run: store.RunRecord  # only its fields fixed at creation are used
+    accelerator: hardware.Accelerator
+
+
+class MeasurementIngest:
+    """Caches and the group-commit writer of one app (one per process; closed at shutdown).
+
+    ``admission`` (the app's bound on requests holding connections, an ``asyncio.Semaphore``) is
+    entered around each database read made on a cache miss; ``on_revoked_key`` is told the id of a key the write transaction
+    found revoked, so the principal cache can drop it.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        admission: AbstractAsyncContextManager[Any] | None = None,
+        on_revoked_key: Callable[[int], None] = lambda _key_id: None,
+        max_batch_rows: int = MAX_BATCH_ROWS,
+    ) -> None:
+        self._engine = engine
+        self._admission = admission
+        self._on_revoked_key = on_revoked_key
+        self._runs: dict[tuple[str, str], _RunFacts] = {}
+        self.writer: GroupCommitWriter[IngestJob, MeasurementsAdded] = GroupCommitWriter(
+            engine,
+            commit_batch,
+            weight=lambda job: len(job.rows),
+            max_batch_weight=max_batch_rows,
+            name="measurement-ingest",
+            on_batch=observe_ingest_batch,
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def add(
+        self, *, principal: Principal, run_id: str, body: bytes, max_items: int
+    ) -> MeasurementsAdded:
+        tenant = principal.tenant
+        inline = len(body) <= INLINE_BODY_BYTES
+        if inline:
+            items = parse_measurements(body, max_items=max_items)
+        else:
+            items = await run_in_threadpool(_parse_large, body, max_items)
+        facts = self._runs.get((tenant, run_id))
+        if facts is None:
+            facts = await self._read_run(tenant, run_id)
+        if inline:
+            rows = measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
+        else:
+            rows = await run_in_threadpool(_rows_large, facts, items)
+        del items
+        try:
+            return await self.writer.submit(IngestJob(principal.key_id, tenant, run_id, rows))
+        except ProblemError as exc:
+            if exc.kind.status == 401:
+                self._on_revoked_key(principal.key_id)
+            elif exc.kind is NOT_FOUND:
+                self._runs.pop((tenant, run_id), None)
+            raise
+
+    async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
+        if self._admission is None:
+            run = await run_in_threadpool(self._fetch_run, tenant, run_id)
+        else:
+            async with self._admission:
+                run = await run_in_threadpool(self._fetch_run, tenant, run_id)
+        if run is None:
+            raise not_found(run_id)
+        facts = _RunFacts(run, run_accelerator(run))
+        if len(self._runs) >= RUN_CACHE_ENTRIES:
+            self._runs.clear()
+        self._runs[(tenant, run_id)] = facts
+        return facts
+
+    def _fetch_run(self, tenant: str, run_id: str) -> store.RunRecord | None:
+        with UnitOfWork(self._engine, write=False) as uow:
+            return store.get_run(uow.connection, tenant=tenant, run_id=run_id, with_tags=False)
+
+
+def _parse_large(body: bytes, max_items: int) -> list[dict[str, Any]]:
+    with cyclic_gc_paused():
+        return parse_measurements(body, max_items=max_items)
+
+
+def _rows_large(facts: _RunFacts, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    with cyclic_gc_paused():
+        return measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)

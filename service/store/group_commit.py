@@ -1,0 +1,213 @@
+"""Group commit: many small writes share one transaction, and each caller is answered after it commits.
+
+Why: a single-measurement POST used to open its own write transaction (about eight statements and a
+commit). On SQLite every writer queues for the one database write lock, and with 16 threads contending
+for the GIL while one of them holds that lock, throughput collapsed to ~230 requests/s, a sixth of a
+trivial POST that opens an empty transaction (benchmarks/results, bench_store at 1515a50). Here one
+thread per process owns the writes: while it commits a batch, the next callers queue, and it then takes
+all of them at once, so the statements and the commit are paid once per batch. There is no timer:
+under light load a batch is a single job and nothing waits for company.
+
+Durability is unchanged: a caller's future resolves only after the transaction holding its job has
+committed (or failed), so an acknowledged write is a committed one.
+
+Failures: ``process`` answers each job with a result or a per-job exception (a job it rejects leaves
+nothing written). When the batch transaction itself fails, an operational error (database down,
+locked past the busy timeout, disk full) fails every job of the batch with that error; any other error
+(a constraint, a bug) is retried job by job in transactions of their own, so one bad job cannot fail the
+others.
+
+Public surface: :class:`GroupCommitWriter` (``submit``, ``close``) and :class:`WriterClosed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from service.store.uow import UnitOfWork
+
+logger = logging.getLogger(__name__)
+
+Job = TypeVar("Job")
+Result = TypeVar("Result")
+
+#: What ``process`` answers per job: its result, or the exception that job alone failed with.
+Outcome = Any
+
+
+class WriterClosed(RuntimeError):
+    """A job was submitted to (or was still queued in) a writer that has been closed."""
+
+
+@dataclass(slots=True)
+class _Pending(Generic[Job]):
+    job: Job
+    weight: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any] = field(repr=False)
+
+
+_STOP = object()
+
+
+def _resolve(future: asyncio.Future[Any], outcome: Any) -> None:
+    if future.done():  # the caller went away (cancelled); the job was committed all the same
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class GroupCommitWriter(Generic[Job, Result]):
+    """One writer thread that commits queued jobs in batches of up to ``max_batch_weight``.
+
+    ``process(connection, jobs)`` runs inside a write unit of work and returns one outcome per job, in
+    order: a result, or an exception instance for a job it rejected without writing anything for it.
+    ``weight(job)`` sizes a job (say, its rows); a batch holds at least one job, however heavy.
+    ``on_batch(jobs, seconds)`` is told each transaction's job count and duration (for metrics).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        process: Callable[[Connection, Sequence[Job]], Sequence[Outcome]],
+        *,
+        weight: Callable[[Job], int] = lambda _job: 1,
+        max_batch_weight: int = 50_000,
+        name: str = "group-commit",
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._process = process
+        self._weight = weight
+        self._max_batch_weight = max_batch_weight
+        self._name = name
+        self._on_batch = on_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+        self.batches = 0  # committed or failed transactions, for tests and metrics
+        self.jobs = 0
+
+    async def submit(self, job: Job) -> Result:
+        """Queue ``job``; return its result once its batch has committed (or raise its error)."""
+        if self._closed:
+            raise WriterClosed(f"{self._name} writer is closed")
+        self._ensure_thread()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put(_Pending(job, self._weight(job), loop, future))
+        result: Result = await future
+        return result
+
+    def close(self, timeout_seconds: float = 30.0) -> None:
+        """Finish what is queued, then stop the thread (idempotent)."""
+        with self._start_lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(timeout_seconds)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    # ----------------------------------------------------------------------------------------------
+    # The writer thread
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                self._drain_closed()
+                return
+            batch: list[_Pending[Job]] = [first]
+            total = first.weight
+            stop = False
+            while total < self._max_batch_weight:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is _STOP:
+                    stop = True
+                    break
+                batch.append(following)
+                total += following.weight
+            self._commit(batch)
+            if stop:
+                self._drain_closed()
+                return
+
+    def _drain_closed(self) -> None:
+        while True:
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if pending is not _STOP:
+                self._answer([pending], [WriterClosed(f"{self._name} writer is closed")])
+
+    def _commit(self, batch: list[_Pending[Job]]) -> None:
+        started = time.perf_counter()
+        try:
+            outcomes = self._transaction([pending.job for pending in batch])
+        except Exception as exc:
+            if len(batch) == 1 or _fails_every_job(exc):
+                outcomes = [exc] * len(batch)
+            else:
+                logger.warning(
+                    "%s: a batch of %d jobs failed (%s); retrying them one by one",
+                    self._name,
+                    len(batch),
+                    type(exc).__name__,
+                )
+                outcomes = [self._alone(pending.job) for pending in batch]
+        if self._on_batch is not None:
+            self._on_batch(len(batch), time.perf_counter() - started)
+        self._answer(batch, outcomes)
+
+    def _alone(self, job: Job) -> Outcome:
+        try:
+            return self._transaction([job])[0]
+        except Exception as exc:
+            return exc
+
+    def _transaction(self, jobs: list[Job]) -> Sequence[Outcome]:
+        with UnitOfWork(self._engine, write=True) as uow:
+            outcomes = self._process(uow.connection, jobs)
+            if len(outcomes) != len(jobs):
+                raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(jobs)} jobs")
+            uow.commit()
+        return outcomes
+
+    def _answer(self, batch: list[_Pending[Job]], outcomes: Sequence[Outcome]) -> None:
+        self.batches += 1
+        self.jobs += len(batch)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            # RuntimeError: that event loop has closed, so nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                pending.loop.call_soon_threadsafe(_resolve, pending.future, outcome)
+
+
+def _fails_every_job(exc: Exception) -> bool:
+    """Errors of the database rather than of a job: retrying job by job would only repeat them."""
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)

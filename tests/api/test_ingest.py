@@ -1,0 +1,131 @@
+"""Measurement ingest through the group-commit writer (service.api.services.ingest), on SQLite and
+PostgreSQL: concurrent requests share transactions without losing or doubling a step, and what the
+process caches (the key's principal, the run's compute facts) never lets a revoked key or a deleted
+run write."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import func, select
+
+from service.domain import fleet
+from service.store import keys
+from service.store.tables import measurements, run_mfu_bins, runs
+from service.store.uow import UnitOfWork
+from tests.api.conftest import StoreClient, measurement
+
+REQUESTS = 96
+RUNS = 3
+
+
+def _count(store_client: StoreClient, table: Any, **where: Any) -> int:
+    query = select(func.count()).select_from(table)
+    for name, value in where.items():
+        query = query.where(table.c[name] == value)
+    with UnitOfWork(store_client.engine, write=False) as uow:
+        return int(uow.connection.execute(query).scalar_one())
+
+
+def test_concurrent_single_measurements_are_batched_and_each_step_is_stored_once(
+    store_client: StoreClient,
+) -> None:
+    run_ids = [store_client.create_run()["id"] for _ in range(RUNS)]
+    # Every (run, step) is sent twice, by different threads: one write wins, the other is ignored.
+    work = [(run_ids[i % RUNS], i // RUNS + 1, 4.0e5 + 1000 * i) for i in range(REQUESTS)] * 2
+
+    def post(item: tuple[str, int, float]) -> dict[str, Any]:
+        run_id, step, rate = item
+        response = store_client.client.post(
+            f"/v1/runs/{run_id}/measurements",
+            json=measurement(step, tokens_per_second=rate),
+            headers=store_client.writer,
+        )
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(post, work))
+
+    assert sum(answer["stored"] for answer in answers) == REQUESTS
+    assert sum(len(answer["ignored_steps"]) for answer in answers) == REQUESTS
+    per_run = REQUESTS // RUNS
+    for run_id in run_ids:
+        run = store_client.client.get(f"/v1/runs/{run_id}", headers=store_client.writer).json()
+        with UnitOfWork(store_client.engine, write=False) as uow:
+            pk = uow.connection.execute(select(runs.c.pk).where(runs.c.id == run_id)).scalar_one()
+            mfus = list(
+                uow.connection.execute(
+                    select(measurements.c.mfu).where(measurements.c.run_pk == pk)
+                ).scalars()
+            )
+            histogram = dict(
+                uow.connection.execute(
+                    select(run_mfu_bins.c.mfu_bin, run_mfu_bins.c.n_measurements).where(
+                        run_mfu_bins.c.run_pk == pk
+                    )
+                ).all()
+            )
+        assert len(mfus) == per_run
+        assert run["summary"]["measurement_count"] == per_run
+        assert run["summary"]["latest_step"] == per_run
+        # The summary and histogram are those of the stored rows, computed independently here.
+        assert histogram == fleet.bin_counts(mfus)
+        assert run["summary"]["median_mfu"] == fleet.percentile_from_histogram(fleet.bin_counts(mfus), 0.5)
+    writer = store_client.client.app.state.measurement_ingest.writer  # type: ignore[attr-defined]
+    assert writer.jobs == 2 * REQUESTS
+    assert writer.batches < writer.jobs  # 16 threads at once: some requests shared a transaction
+
+
+def test_a_key_revoked_after_it_was_used_writes_nothing_more(store_client: StoreClient) -> None:
+    key = store_client.key("team-a", "read,write")
+    headers = {"X-API-Key": key}
+    run_id = store_client.create_run(headers)["id"]
+    store_client.add(run_id, [measurement(1)], headers=headers)  # the key is now in the process's cache
+    with UnitOfWork(store_client.engine, write=True) as uow:
+        assert keys.revoke_key(uow.connection, prefix=key.split("_")[1])
+        uow.commit()
+    url = f"/v1/runs/{run_id}/measurements"
+    for _ in range(2):  # refused in the write transaction, then at authentication
+        response = store_client.client.post(url, json=[measurement(2)], headers=headers)
+        assert response.status_code == 401
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"].endswith("/unauthorized")
+    assert _count(store_client, measurements) == 1
+    # Another key of the tenant still writes.
+    assert store_client.add(run_id, [measurement(2)])["stored"] == 1
+
+
+def test_a_run_deleted_after_it_was_used_answers_404_and_keeps_no_rows(store_client: StoreClient) -> None:
+    run_id = store_client.create_run()["id"]
+    store_client.add(run_id, [measurement(1), measurement(2)])  # its facts are now cached
+    assert store_client.client.delete(f"/v1/runs/{run_id}", headers=store_client.writer).status_code == 204
+    response = store_client.client.post(
+        f"/v1/runs/{run_id}/measurements", json=[measurement(3)], headers=store_client.writer
+    )
+    assert response.status_code == 404
+    assert response.json()["run_id"] == run_id
+    assert _count(store_client, measurements) == 0
+    assert _count(store_client, run_mfu_bins) == 0
+
+
+def test_another_tenants_run_answers_404_even_after_its_owner_ingested(store_client: StoreClient) -> None:
+    run_id = store_client.create_run()["id"]
+    store_client.add(run_id, [measurement(1)])
+    response = store_client.client.post(
+        f"/v1/runs/{run_id}/measurements", json=[measurement(2)], headers=store_client.other
+    )
+    assert response.status_code == 404
+    assert _count(store_client, measurements) == 1
+
+
+def test_a_large_body_goes_the_same_way_as_a_small_one(store_client: StoreClient) -> None:
+    run_id = store_client.create_run()["id"]
+    items = [measurement(step, tokens_per_second=4.0e5 + step) for step in range(1, 2001)]  # > 32 KiB
+    answer = store_client.add(run_id, items)
+    assert answer["stored"] == 2000 and answer["ignored_steps"] == []
+    again = store_client.add(run_id, [*items[:10], measurement(2001)])
+    assert again["stored"] == 1 and again["ignored_steps"] == list(range(1, 11))
+    assert again["summary"]["measurement_count"] == 2001
