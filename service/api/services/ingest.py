@@ -56,7 +56,10 @@ MAX_REPORTED_ERRORS = 20
 #: (~1 ms of work at 100 items).
 INLINE_BODY_BYTES = 32 * 1024
 #: Rows per group-commit transaction at most (a batch always takes at least one whole request).
-MAX_BATCH_ROWS = 50_000
+#: Batching pays off for small requests (a transaction's fixed cost shared); a large request gains
+#: nothing from company, and merging four 10,000-row requests made their parsing and their writing
+#: alternate instead of overlapping (bulk ingest 79k against 100k+ measurements/s when one a batch).
+MAX_BATCH_ROWS = 2_000
 #: Runs whose compute facts are cached per process.
 RUN_CACHE_ENTRIES = 4096
 
@@ -294,6 +297,8 @@ class IngestJob:
     tenant: str
     run_id: str
     rows: list[dict[str, Any]]
+    #: The rows' driver parameters (store.measurement_parameters), built before the write lock.
+    parameters: list[tuple[Any, ...]]
 
 
 @dataclass(slots=True)
@@ -301,6 +306,7 @@ class _RunInBatch:
     run: store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
     fresh: list[dict[str, Any]] = field(default_factory=list)
+    parameters: list[tuple[Any, ...]] = field(default_factory=list)  # of the fresh rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,21 +344,27 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
                 connection, run_pk=run.pk, first=low, last=min(high, run.latest_step)
             )
         ignored: set[int] = set()
-        fresh = 0
-        for row in job.rows:
-            step = row["step"]
+        taken: list[int] = []
+        for index, step in enumerate(steps):
             if step in state.steps or step in stored:
                 ignored.add(step)
                 continue
             state.steps.add(step)
-            state.fresh.append(row)
-            fresh += 1
-        outcomes.append(_Accepted(run.pk, len(job.rows), fresh, sorted(ignored)))
+            taken.append(index)
+        if len(taken) == len(job.rows):  # the common case: every row is new
+            state.fresh.extend(job.rows)
+            state.parameters.extend(job.parameters)
+        else:
+            state.fresh.extend(job.rows[index] for index in taken)
+            state.parameters.extend(job.parameters[index] for index in taken)
+        outcomes.append(_Accepted(run.pk, len(job.rows), len(taken), sorted(ignored)))
 
     grown = {pk: state for pk, state in batch.items() if state.fresh}
     after = {pk: state.run for pk, state in batch.items()}
     if grown:
-        store.insert_measurements(connection, rows=[row for state in grown.values() for row in state.fresh])
+        store.insert_measurements(
+            connection, parameters=[values for state in grown.values() for values in state.parameters]
+        )
         store.add_to_run_histograms(
             connection,
             counts={pk: fleet.bin_counts(row["mfu"] for row in state.fresh) for pk, state in grown.items()},
@@ -426,28 +438,44 @@ class MeasurementIngest:
     async def add(
         self, *, principal: Principal, run_id: str, body: bytes, max_items: int
     ) -> MeasurementsAdded:
+        if len(body) <= INLINE_BODY_BYTES:
+            return await self._add(principal, run_id, body, max_items, inline=True)
+        # A large batch holds tens of thousands of objects until its transaction ends: the pause
+        # covers the writer's part too (see cyclic_gc_paused).
+        with cyclic_gc_paused():
+            return await self._add(principal, run_id, body, max_items, inline=False)
+
+    async def _add(
+        self, principal: Principal, run_id: str, body: bytes, max_items: int, *, inline: bool
+    ) -> MeasurementsAdded:
         tenant = principal.tenant
-        inline = len(body) <= INLINE_BODY_BYTES
         if inline:
             items = parse_measurements(body, max_items=max_items)
         else:
-            items = await run_in_threadpool(_parse_large, body, max_items)
+            items = await run_in_threadpool(parse_measurements, body, max_items=max_items)
         facts = self._runs.get((tenant, run_id))
         if facts is None:
             facts = await self._read_run(tenant, run_id)
         if inline:
-            rows = measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
+            job = self._job(principal, run_id, facts, items)
         else:
-            rows = await run_in_threadpool(_rows_large, facts, items)
+            job = await run_in_threadpool(self._job, principal, run_id, facts, items)
         del items
         try:
-            return await self.writer.submit(IngestJob(principal.key_id, tenant, run_id, rows))
+            return await self.writer.submit(job)
         except ProblemError as exc:
             if exc.kind.status == 401:
                 self._on_revoked_key(principal.key_id)
             elif exc.kind is NOT_FOUND:
                 self._runs.pop((tenant, run_id), None)
             raise
+
+    def _job(
+        self, principal: Principal, run_id: str, facts: _RunFacts, items: list[dict[str, Any]]
+    ) -> IngestJob:
+        rows = measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
+        parameters = store.measurement_parameters(self._engine.dialect, rows)
+        return IngestJob(principal.key_id, principal.tenant, run_id, rows, parameters)
 
     async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
         if self._admission is None:
@@ -466,13 +494,3 @@ class MeasurementIngest:
     def _fetch_run(self, tenant: str, run_id: str) -> store.RunRecord | None:
         with UnitOfWork(self._engine, write=False) as uow:
             return store.get_run(uow.connection, tenant=tenant, run_id=run_id, with_tags=False)
-
-
-def _parse_large(body: bytes, max_items: int) -> list[dict[str, Any]]:
-    with cyclic_gc_paused():
-        return parse_measurements(body, max_items=max_items)
-
-
-def _rows_large(facts: _RunFacts, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    with cyclic_gc_paused():
-        return measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
