@@ -21,8 +21,10 @@ A fit needs :data:`MIN_CALIBRATION_RUNS` runs; with fewer the defaults are used 
 (``source`` ``default (fallback from fleet)``; never a silent fallback). Fits are cached per database,
 scope, tenant and accelerator for :data:`CACHE_TTL_SECONDS`: a cache of a pure function of the
 database content (a minute-old fit is as good an answer), not correctness state, so in-process is fine;
-one fit per key runs at a time. Reading and fitting happen in the threadpool; the constants path
-stays on the event loop and touches nothing.
+one fit per key runs at a time. An older fit is still answered while a background thread refits it,
+and a run's efficiency never fits on its own time: on a cold cache it answers with the defaults marked
+``fit pending`` and starts the fit (it used to spend ~1 s fitting inside the request). Reading and
+fitting happen in the threadpool; the constants path stays on the event loop and touches nothing.
 
 The fit moves the matmul-efficiency scale only (overlap fractions keep the model's defaults): one
 least-squares search over the runs, about a second for 500 runs of distinct shapes.
@@ -30,6 +32,7 @@ least-squares search over the runs, about a second for 500 runs of distinct shap
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -72,6 +75,8 @@ REQUEST_SOURCE = "request override"
 #: constant is ever derived from fewer of other tenants' runs than the statistics would show.
 MIN_CALIBRATION_RUNS: dict[str, int] = {"tenant": 3, "fleet": 5}
 #: How long a fit is reused (per database, scope, tenant and accelerator).
+logger = logging.getLogger(__name__)
+
 CACHE_TTL_SECONDS = 60.0
 #: Most fits kept per database (least recently used go first).
 CACHE_MAX_ENTRIES = 1024
@@ -173,6 +178,7 @@ class StoredCalibration(Calibration):
     skipped_runs: int = 0
     default_rms_error: float | None = None
     fitted_at: datetime | None = None
+    pending: bool = False
     note: str = ""
 
     @property
@@ -280,8 +286,14 @@ CacheKey = tuple[str, str | None, str]
 
 
 class FitCache:
-    """Fits by (scope, tenant, accelerator) for ``ttl`` seconds, at most ``max_entries`` of them.
-    Thread-safe; one fit per key at a time (the others wait for it instead of repeating it)."""
+    """Fits by (scope, tenant, accelerator), fresh for ``ttl`` seconds, at most ``max_entries`` of them.
+
+    Thread-safe; one fit per key at a time (the others wait for it instead of repeating it). A fit
+    older than ``ttl`` is still answered while a background thread refits it (stale while
+    revalidate: a fit takes ~1 s, and no request should pay for it once one exists). A caller that
+    must not wait at all (``wait=False``: the efficiency of a stored run) gets None on a cold key
+    while the first fit runs in the background.
+    """
 
     _STRIPES = 64
 
@@ -297,33 +309,85 @@ class FitCache:
         self._entries: OrderedDict[CacheKey, tuple[float, StoredCalibration]] = OrderedDict()
         self._lock = threading.Lock()
         self._fit_locks = [threading.Lock() for _ in range(self._STRIPES)]
+        self._refitting: dict[CacheKey, threading.Thread] = {}
 
-    def _fresh(self, key: CacheKey) -> StoredCalibration | None:
+    def _lookup(self, key: CacheKey) -> tuple[StoredCalibration, bool] | None:
+        """The cached fit and whether it is still fresh."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            if entry[0] <= self._clock():
-                del self._entries[key]
-                return None
             self._entries.move_to_end(key)
-            return entry[1]
+            return entry[1], entry[0] > self._clock()
 
-    def get(self, key: CacheKey, compute: Callable[[], StoredCalibration]) -> StoredCalibration:
-        found = self._fresh(key)
+    def _store(self, key: CacheKey, value: StoredCalibration) -> None:
+        with self._lock:
+            self._entries[key] = (self._clock() + self.ttl, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def get(
+        self,
+        key: CacheKey,
+        compute: Callable[[], StoredCalibration],
+        *,
+        wait: bool = True,
+        compute_in_background: Callable[[], StoredCalibration] | None = None,
+    ) -> StoredCalibration | None:
+        """The fit for ``key``: fresh from the cache; stale, with a refit started in the background
+        (``compute_in_background``, default ``compute``: it runs in another thread, so it must not
+        use the caller's connection); or, on a cold key, fitted now (``wait``) or None with the fit
+        started in the background."""
+        found = self._lookup(key)
         if found is not None:
-            return found
-        with self._fit_locks[hash(key) % self._STRIPES]:
-            found = self._fresh(key)
-            if found is not None:
-                return found
-            value = compute()
-            with self._lock:
-                self._entries[key] = (self._clock() + self.ttl, value)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+            value, fresh = found
+            if not fresh:
+                self._refit_in_background(key, compute_in_background or compute)
             return value
+        if not wait:
+            self._refit_in_background(key, compute_in_background or compute)
+            return None
+        with self._fit_locks[hash(key) % self._STRIPES]:
+            found = self._lookup(key)
+            if found is not None:
+                return found[0]
+            value = compute()
+            self._store(key, value)
+            return value
+
+    def _refit_in_background(self, key: CacheKey, compute: Callable[[], StoredCalibration]) -> None:
+        with self._lock:
+            if key in self._refitting:
+                return
+            thread = threading.Thread(
+                target=self._refit, args=(key, compute), name=f"calibration-fit-{key[2]}", daemon=True
+            )
+            self._refitting[key] = thread
+        thread.start()
+
+    def _refit(self, key: CacheKey, compute: Callable[[], StoredCalibration]) -> None:
+        try:
+            with self._fit_locks[hash(key) % self._STRIPES]:
+                self._store(key, compute())
+        except Exception:  # the next request tries again; the answer keeps the previous fit meanwhile
+            logger.warning("background calibration fit for %s failed", key, exc_info=True)
+        finally:
+            with self._lock:
+                self._refitting.pop(key, None)
+
+    def join(self, timeout_seconds: float = 30.0) -> None:
+        """Wait for the background fits under way (tests; shutdown)."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            with self._lock:
+                threads = list(self._refitting.values())
+            if not threads:
+                return
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                return
 
     def clear(self) -> None:
         with self._lock:
@@ -343,6 +407,36 @@ def fit_cache(engine: Engine) -> FitCache:
         return cache
 
 
+def _fit_from_store(
+    engine: Engine,
+    connection: Connection | None,
+    *,
+    scope: CalibrationScopeName,
+    tenant: str | None,
+    accelerator_id: str,
+) -> StoredCalibration:
+    if connection is not None:
+        observations = store.calibration_observations(connection, accelerator=accelerator_id, tenant=tenant)
+    else:
+        with UnitOfWork(engine, write=False) as uow:
+            observations = store.calibration_observations(
+                uow.connection, accelerator=accelerator_id, tenant=tenant
+            )
+    return fit_stored_runs(observations, scope=scope, accelerator_id=accelerator_id)
+
+
+def _pending(scope: CalibrationScopeName, accelerator_id: str) -> StoredCalibration:
+    return StoredCalibration(
+        accelerator_id=accelerator_id,
+        source=f"default (fallback from {scope}: fit pending)",
+        scope=scope,
+        fitted_at=None,
+        pending=True,
+        note=f"The {scope} calibration for {accelerator_id} is being fitted in the background (about a "
+        "second); until it is ready the default constants are used. Ask again shortly.",
+    )
+
+
 def stored_calibration(
     engine: Engine,
     *,
@@ -350,29 +444,26 @@ def stored_calibration(
     tenant: str | None,
     accelerator: Accelerator,
     connection: Connection | None = None,
+    wait: bool = True,
 ) -> StoredCalibration:
     """The calibration fitted on ``scope``'s stored runs on ``accelerator`` (cached; blocking: call it
     in the threadpool). ``tenant`` is the caller's tenant for scope ``tenant``, None for ``fleet``.
-    ``connection``: read through this one (a request's unit of work) instead of a new one."""
+    ``connection``: read through this one (a request's unit of work) instead of a new one.
+    ``wait=False``: never fit on the caller's time; with no fit cached yet, the defaults marked
+    "fit pending" while the first fit runs in the background."""
     if (scope == "tenant") != (tenant is not None):
         raise ValueError("scope tenant needs the caller's tenant; scope fleet none")
     if accelerator.is_custom:
         return _custom_fallback(scope)
     accelerator_id = accelerator.id
-
-    def compute() -> StoredCalibration:
-        if connection is not None:
-            observations = store.calibration_observations(
-                connection, accelerator=accelerator_id, tenant=tenant
-            )
-        else:
-            with UnitOfWork(engine, write=False) as uow:
-                observations = store.calibration_observations(
-                    uow.connection, accelerator=accelerator_id, tenant=tenant
-                )
-        return fit_stored_runs(observations, scope=scope, accelerator_id=accelerator_id)
-
-    return fit_cache(engine).get((scope, tenant, accelerator_id), compute)
+    fit = partial(_fit_from_store, engine, scope=scope, tenant=tenant, accelerator_id=accelerator_id)
+    found = fit_cache(engine).get(
+        (scope, tenant, accelerator_id),
+        partial(fit, connection),
+        wait=wait,
+        compute_in_background=partial(fit, None),
+    )
+    return found if found is not None else _pending(scope, accelerator_id)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -450,5 +541,6 @@ def calibration_read(calibration: Calibration) -> CalibrationRead:
         rms_error_mfu=calibration.rms_error,
         default_rms_error_mfu=calibration.default_rms_error,
         fitted_at=calibration.fitted_at,
+        pending=calibration.pending,
         note=calibration.note,
     )

@@ -339,6 +339,7 @@ STORE_CALIBRATION_FIELDS = (
     "rms_error_mfu",
     "default_rms_error_mfu",
     "fitted_at",
+    "pending",
     "note",
 )
 
@@ -376,6 +377,11 @@ class CalibrationRead(ApiModel):
     )
     fitted_at: AwareDatetime | None = Field(
         default=None, description="when the runs were read and fitted (answers reuse a fit for a minute)"
+    )
+    pending: bool | None = Field(
+        default=None,
+        description="true: no fit was ready, so the defaults were used while it is fitted in the "
+        "background; later answers use it (a run's efficiency never waits for a fit)",
     )
     note: str | None = Field(default=None, description="the calibration in a sentence")
 

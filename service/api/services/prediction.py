@@ -168,6 +168,7 @@ def predicted_vs_measured(connection: Connection, run: store.RunRecord) -> Predi
         tenant=None,
         accelerator=inputs.cluster.accelerator,
         connection=connection,
+        wait=False,  # an efficiency answer never waits for a fit (see calibration)
     )
     try:
         prediction = inputs.predict(calibration)
