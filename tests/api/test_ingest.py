@@ -136,3 +136,22 @@ def test_a_large_body_goes_the_same_way_as_a_small_one(store_client: StoreClient
     # Every column arrived in its place: the throughput sent reads back with the step it came with.
     assert all(m["throughput"]["tokens_per_second"] == 4.0e5 + m["step"] for m in page["items"])
     assert len(page["items"]) == 1000
+
+
+def test_the_documented_examples_work_together(store_client: StoreClient) -> None:
+    """The contract's run example takes the contract's measurement examples (a reader trying them in
+    Swagger UI gets a 200 and a plausible MFU, not an implausible-result)."""
+    document = store_client.client.get("/openapi.json").json()
+    run_example = document["components"]["schemas"]["RunCreate"]["examples"][0]
+    created = store_client.client.post("/v1/runs", json=run_example, headers=store_client.writer)
+    assert created.status_code == 201, created.text
+    operation = document["paths"]["/v1/runs/{run_id}/measurements"]["post"]
+    for name, example in operation["requestBody"]["content"]["application/json"]["examples"].items():
+        response = store_client.client.post(
+            f"/v1/runs/{created.json()['id']}/measurements",
+            json=example["value"],
+            headers=store_client.writer,
+        )
+        assert response.status_code == 200, (name, response.text)
+        summary = response.json()["summary"]
+        assert 0.3 < summary["latest_mfu"] < 0.6, (name, summary)

@@ -372,7 +372,7 @@ MeasurementItem = Annotated[MeasurementIn, AfterValidator(_noise_readings_togeth
 MEASUREMENT_EXAMPLE: dict[str, Any] = {
     "step": 1200,
     "time": "2026-12-02T12:00:00Z",
-    "throughput": {"tokens_per_second": 1.1e6},
+    "throughput": {"tokens_per_second": 4.7e5},
     "loss": 2.31,
     "memory_bytes": 61_000_000_000,
 }
@@ -381,7 +381,7 @@ MEASUREMENTS_EXAMPLE: list[dict[str, Any]] = [
     {
         "step": 1300,
         "time": "2026-12-02T12:06:00Z",
-        "throughput": {"step_time_seconds": 3.7, "global_batch_tokens": 4194304},
+        "throughput": {"step_time_seconds": 9.0, "global_batch_tokens": 4194304},
         "loss": 2.29,
     },
 ]
