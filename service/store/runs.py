@@ -447,11 +447,11 @@ def insert_measurements(
 _SQLITE_ROWS_PER_INSERT = 500
 
 
-@lru_cache(maxsize=8)
 def _sqlite_multirow_insert(row_count: int) -> str:
-    single = _measurement_insert(sqlite.dialect())  # "INSERT INTO measurements (...) VALUES (?, ...)"
-    head, values = single.sql.split(" VALUES ", 1)
-    return f"{head} VALUES {', '.join([values] * row_count)}"
+    return _multirow(_measurement_insert(_SQLITE_DIALECT).sql, row_count)
+
+
+_SQLITE_DIALECT = sqlite.dialect()
 
 
 _COPY_MEASUREMENTS = f"COPY measurements ({', '.join(_MEASUREMENT_COLUMNS)}) FROM STDIN"
@@ -531,11 +531,32 @@ def update_summaries(connection: Connection, *, summaries: Sequence[RunRecord]) 
     executemany. The caller holds the runs' locks."""
     if not summaries:
         return
+    ordered = sorted(summaries, key=lambda run: run.pk)
+    if connection.dialect.name == "sqlite" and len(ordered) > 1:
+        # One UPDATE ... FROM (VALUES ...) rather than an executemany of one step per run (see
+        # insert_measurements on the GIL); times as UtcDateTime binds them.
+        values: list[Any] = []
+        for run in ordered:
+            values.append(run.pk)
+            for name in _SUMMARY_COLUMNS:
+                value = getattr(run, name)
+                values.append(_sqlite_time(value) if isinstance(value, datetime) else value)
+        connection.exec_driver_sql(_sqlite_update_summaries(len(ordered)), tuple(values))
+        return
     rows = [
-        {"b_pk": run.pk, **{f"b_{name}": getattr(run, name) for name in _SUMMARY_COLUMNS}}
-        for run in sorted(summaries, key=lambda run: run.pk)
+        {"b_pk": run.pk, **{f"b_{name}": getattr(run, name) for name in _SUMMARY_COLUMNS}} for run in ordered
     ]
     connection.execute(_UPDATE_SUMMARY, rows)
+
+
+@lru_cache(maxsize=64)
+def _sqlite_update_summaries(row_count: int) -> str:
+    group = "(" + ", ".join(["?"] * (1 + len(_SUMMARY_COLUMNS))) + ")"
+    assignments = ", ".join(f"{name} = v.{name}" for name in _SUMMARY_COLUMNS)
+    return (
+        f"WITH v(pk, {', '.join(_SUMMARY_COLUMNS)}) AS (VALUES {', '.join([group] * row_count)}) "
+        f"UPDATE runs SET {assignments} FROM v WHERE runs.pk = v.pk"
+    )
 
 
 def move_run_in_histograms(
@@ -590,6 +611,18 @@ def move_runs_in_histograms(
     )
 
 
+_SQLITE_ROWS_PER_UPSERT = 1000
+
+
+@lru_cache(maxsize=64)
+def _multirow(sql: str, row_count: int) -> str:
+    """``INSERT ... VALUES (?, ...) [ON CONFLICT ...]`` with ``row_count`` value groups."""
+    head, rest = sql.split(" VALUES ", 1)
+    group_end = rest.index(")") + 1
+    group, tail = rest[:group_end], rest[group_end:]
+    return f"{head} VALUES {', '.join([group] * row_count)}{tail}"
+
+
 @lru_cache(maxsize=16)
 def _upsert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...], counter: str) -> _DriverInsert:
     """INSERT ... ON CONFLICT (keys) DO UPDATE SET counter = counter + excluded.counter, compiled once
@@ -626,6 +659,13 @@ def _upsert_add(
         return
     driver = _upsert_statement(connection.dialect, table, keys, counter)
     parameters: list[Any] = [driver.as_tuple(row) for row in rows] if driver.as_tuple else rows
+    if many and driver.as_tuple is not None:  # SQLite: multi-row statements (see insert_measurements)
+        for start in range(0, len(parameters), _SQLITE_ROWS_PER_UPSERT):
+            chunk = parameters[start : start + _SQLITE_ROWS_PER_UPSERT]
+            connection.exec_driver_sql(
+                _multirow(driver.sql, len(chunk)), tuple(itertools.chain.from_iterable(chunk))
+            )
+        return
     if many:
         connection.exec_driver_sql(driver.sql, parameters)
         return

@@ -251,14 +251,17 @@ def delete_run(run_id: RunId, principal: WritePrincipal, uow: WriteUow) -> Respo
 )
 async def add_measurements(
     run_id: RunId, request: Request, principal: IngestPrincipal, settings: SettingsDep, ingest: IngestDep
-) -> MeasurementsAdded:
+) -> Response:
     # Takes the raw body: validated straight from the JSON bytes (measured ~40 ms for 10,000 items
     # against ~60 ms for FastAPI's json.loads-then-validate path). The key was authenticated from the
     # principal cache and is checked again in the write transaction (see service.api.services.ingest).
     body = await request.body()
-    return await ingest.add(
+    added = await ingest.add(
         principal=principal, run_id=run_id, body=body, max_items=settings.max_measurements_per_request
     )
+    # Serialized here: the model was built by the service, so FastAPI's re-validation of the
+    # response model would only repeat it (~10% of a single-measurement request).
+    return Response(content=added.model_dump_json(), media_type="application/json")
 
 
 @router.get(
