@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -105,6 +107,12 @@ def main() -> None:
         "--rate", type=float, default=400.0, help="requests per second, all connections together"
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace the server's Python heap too (benchmarks/memhook): its slope beside the RSS slope, "
+        "and the source lines that grew most",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as directory:
@@ -118,7 +126,13 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        server = server_module.start(url)
+        extra: dict[str, str] = {}
+        trace_path = Path(directory) / "tracemalloc.jsonl"
+        if args.tracemalloc:
+            hook = str(Path(__file__).resolve().parent / "memhook")
+            extra["PYTHONPATH"] = os.pathsep.join(filter(None, [hook, os.environ.get("PYTHONPATH", "")]))
+            extra["TEFF_BENCH_TRACEMALLOC_OUT"] = str(trace_path)
+        server = server_module.start(url, **extra)
         counts: dict[str, int] = {}
         samples: list[tuple[float, float]] = []
         started = time.monotonic()
@@ -138,6 +152,7 @@ def main() -> None:
             asyncio.run(both())
         finally:
             server.stop()
+        traced = _read_traces(trace_path) if args.tracemalloc else []
 
     steady = [(t, v) for t, v in samples if t >= 60] or samples
     total = sum(counts.values())
@@ -151,6 +166,17 @@ def main() -> None:
         f"resident memory: start {samples[0][1]:.1f} MiB, end {samples[-1][1]:.1f} MiB, "
         f"slope after warm-up {slope:+.3f} MiB/min over {len(steady)} samples"
     )
+    heap_slope = None
+    if traced:
+        heap = [(r["seconds"], r["traced_bytes"] / 2**20) for r in traced]
+        heap_slope = slope_per_minute([(t, v) for t, v in heap if t >= 60] or heap)
+        print(
+            f"Python heap (tracemalloc): start {heap[0][1]:.1f} MiB, end {heap[-1][1]:.1f} MiB, "
+            f"slope after warm-up {heap_slope:+.3f} MiB/min"
+        )
+        last_growth = next((r["top_growth"] for r in reversed(traced) if "top_growth" in r), [])
+        for stat in last_growth[:8]:
+            print(f"  {stat['size_diff'] / 1024:+9.1f} KiB {stat['count_diff']:+7d} blocks  {stat['where']}")
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -159,10 +185,20 @@ def main() -> None:
                     "errors": errors,
                     "rss_samples_mib": samples,
                     "rss_slope_mib_per_minute": slope,
+                    "python_heap": traced,
+                    "python_heap_slope_mib_per_minute": heap_slope,
                 },
                 indent=2,
             )
         )
+
+
+def _read_traces(path: Path) -> list[dict[str, Any]]:
+    """The probe's lines (one file per server process; the busiest one is the worker that served)."""
+    files = sorted(path.parent.glob(path.name + ".*"), key=lambda p: p.stat().st_size, reverse=True)
+    if not files:
+        return []
+    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
 
 
 if __name__ == "__main__":

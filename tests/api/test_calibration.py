@@ -10,6 +10,7 @@ measured; the defaults miss by 20 % of the predicted MFU (about 9 MFU points on 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -475,6 +476,29 @@ def test_a_fit_skips_runs_it_cannot_predict_and_falls_back_below_three() -> None
     # All three measured 0.4 against a default prediction of about 0.53: the fit lands on 0.4.
     assert fitted.rms_error is not None and fitted.rms_error < 0.005
     assert fitted.default_rms_error == pytest.approx(0.13, abs=0.01)
+
+
+def test_fits_run_in_a_helper_process_and_survive_its_death() -> None:
+    spec = {
+        "model": {"preset": "llama3-8b"},
+        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1},
+        "global_batch_sequences": 512,
+    }
+    observations = [store.CalibrationObservation(spec, "bf16", 8192, 64, "palm", 0.4)] * 5
+    here = fit_stored_runs(observations, scope="fleet", accelerator_id="h100-sxm")
+    helper = calibration._fit_in_helper_process(observations, scope="fleet", accelerator_id="h100-sxm")
+    assert helper.fitted and helper.matmul_efficiency_scale == here.matmul_efficiency_scale
+    assert helper.rms_error == here.rms_error and helper.source == here.source
+    pool = calibration._fit_pool
+    assert pool is not None
+    [worker] = pool._processes.values()  # type: ignore[attr-defined]
+    assert worker.pid != os.getpid()
+    worker.kill()  # the helper dies: this fit runs in-process, the next one gets a new helper
+    worker.join(10)
+    again = calibration._fit_in_helper_process(observations, scope="fleet", accelerator_id="h100-sxm")
+    assert again.matmul_efficiency_scale == here.matmul_efficiency_scale
+    assert calibration._fit_pool is not pool
 
 
 def test_the_fit_cache_reuses_a_fit_for_its_time_to_live_and_stays_bounded() -> None:
