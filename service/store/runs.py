@@ -693,10 +693,14 @@ def list_measurements(
 
 
 def step_range(connection: Connection, *, run_pk: int) -> tuple[int, int]:
-    """Lowest and highest stored step of a run (two primary-key lookups)."""
+    """Lowest and highest stored step of a run (two primary-key lookups: as two scalar subqueries,
+    since SQLite reads min and max from the index only when each is alone in its query; together they
+    scanned the run's rows, 2 ms at 20,000)."""
+    of_run = measurements.c.run_pk == run_pk
     low, high = connection.execute(
-        select(func.min(measurements.c.step), func.max(measurements.c.step)).where(
-            measurements.c.run_pk == run_pk
+        select(
+            select(func.min(measurements.c.step)).where(of_run).scalar_subquery(),
+            select(func.max(measurements.c.step)).where(of_run).scalar_subquery(),
         )
     ).one()
     return int(low), int(high)
