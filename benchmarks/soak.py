@@ -113,6 +113,13 @@ def main() -> None:
         help="trace the server's Python heap too (benchmarks/memhook): its slope beside the RSS slope, "
         "and the source lines that grew most",
     )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the server (repeatable), e.g. TEFF_DB_POOL_SIZE=2",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as directory:
@@ -126,7 +133,7 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        extra: dict[str, str] = {}
+        extra: dict[str, str] = dict(item.split("=", 1) for item in args.server_env)
         trace_path = Path(directory) / "tracemalloc.jsonl"
         if args.tracemalloc:
             hook = str(Path(__file__).resolve().parent / "memhook")
