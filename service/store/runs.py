@@ -553,8 +553,9 @@ def update_summaries(connection: Connection, *, summaries: Sequence[RunRecord]) 
 def _sqlite_update_summaries(row_count: int) -> str:
     group = "(" + ", ".join(["?"] * (1 + len(_SUMMARY_COLUMNS))) + ")"
     assignments = ", ".join(f"{name} = v.{name}" for name in _SUMMARY_COLUMNS)
+    # Only constants go into the text (column names of this module, "?" placeholders); values are bound.
     return (
-        f"WITH v(pk, {', '.join(_SUMMARY_COLUMNS)}) AS (VALUES {', '.join([group] * row_count)}) "
+        f"WITH v(pk, {', '.join(_SUMMARY_COLUMNS)}) AS (VALUES {', '.join([group] * row_count)}) "  # nosec B608
         f"UPDATE runs SET {assignments} FROM v WHERE runs.pk = v.pk"
     )
 
