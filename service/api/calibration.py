@@ -72,14 +72,14 @@ from service.store import runs as store
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
 
+logger = logging.getLogger(__name__)
+
 REQUEST_SOURCE = "request override"
 #: Fewest runs a fit is made on (below it: the defaults, said so). A fleet fit is visible without a key
 #: and crosses tenants, so it needs as many runs as a fleet group of /v1/stats/mfu (5): no fitted
 #: constant is ever derived from fewer of other tenants' runs than the statistics would show.
 MIN_CALIBRATION_RUNS: dict[str, int] = {"tenant": 3, "fleet": 5}
 #: How long a fit is reused (per database, scope, tenant and accelerator).
-logger = logging.getLogger(__name__)
-
 CACHE_TTL_SECONDS = 60.0
 #: Most fits kept per database (least recently used go first).
 CACHE_MAX_ENTRIES = 1024

@@ -58,11 +58,11 @@ def write_uow(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[UnitOf
 async def get_measurement_ingest(request: Request) -> MeasurementIngest:
     """The app's ingest pipeline (made on first use: its writer thread starts then, and the lifespan
     closes it at shutdown)."""
-    from service.api.services.ingest import MeasurementIngest
-
     state = request.app.state
     ingest: MeasurementIngest | None = getattr(state, "measurement_ingest", None)
     if ingest is None:
+        from service.api.services.ingest import MeasurementIngest  # it imports this module
+
         cache: PrincipalCache = state.principal_cache
         ingest = state.measurement_ingest = MeasurementIngest(
             state.engine,
@@ -73,7 +73,6 @@ async def get_measurement_ingest(request: Request) -> MeasurementIngest:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-
 ReadUow = Annotated[UnitOfWork, Depends(read_uow)]
 WriteUow = Annotated[UnitOfWork, Depends(write_uow)]
 
@@ -82,20 +81,17 @@ _api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="
 _bearer = HTTPBearer(auto_error=False, scheme_name="Bearer")
 
 
-def _presented_key(x_api_key: str | None, bearer: HTTPAuthorizationCredentials | None) -> str | None:
+def _presented_key(x_api_key: str | None, bearer: HTTPAuthorizationCredentials | None) -> str:
+    """The key sent as ``X-API-Key`` or ``Authorization: Bearer``; 401 when neither carries one."""
     if x_api_key and x_api_key.strip():
         return x_api_key.strip()
     if bearer is not None and bearer.credentials.strip():
         return bearer.credentials.strip()
-    return None
-
-
-def _no_key() -> ProblemError:
-    return ProblemError(
+    raise ProblemError(
         UNAUTHORIZED,
         "No API key: send `X-API-Key: <key>` or `Authorization: Bearer <key>` "
         "(create one with `teff keys create --tenant T --scopes read,write`).",
-        headers=UNAUTHORIZED_HEADERS,
+        headers=dict(UNAUTHORIZED_HEADERS),
     )
 
 
@@ -121,10 +117,7 @@ def require_scope(scope: str) -> Callable[..., keys.Principal]:
         x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
         bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
     ) -> keys.Principal:
-        key = _presented_key(x_api_key, bearer)
-        if key is None:
-            raise _no_key()
-        principal = _authenticate(engine, key)
+        principal = _authenticate(engine, _presented_key(x_api_key, bearer))
         if principal is None:
             raise invalid_api_key()
         return _check_scope(principal, scope)
@@ -171,8 +164,6 @@ def require_scope_rechecked_on_write(scope: str) -> Callable[..., Any]:
         bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
     ) -> keys.Principal:
         key = _presented_key(x_api_key, bearer)
-        if key is None:
-            raise _no_key()
         cache: PrincipalCache = request.app.state.principal_cache
         digest = keys.key_digest(key)
         principal = cache.get(digest)

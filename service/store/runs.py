@@ -424,7 +424,7 @@ def insert_measurements(
     parameters: Sequence[tuple[Any, ...]] | None = None,
 ) -> None:
     """Insert measurement rows in one go at the driver: 10,000 rows per request would otherwise
-    spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: one executemany;
+    spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: multi-row INSERTs;
     PostgreSQL: COPY. ``parameters`` (from :func:`measurement_parameters`) replace ``rows``."""
     if parameters is None:
         parameters = measurement_parameters(connection.dialect, rows)
@@ -476,7 +476,7 @@ def add_to_run_histogram(connection: Connection, *, run_pk: int, counts: Mapping
 
 
 def add_to_run_histograms(connection: Connection, *, counts: Mapping[int, Mapping[int, int]]) -> None:
-    """Add measurement counts per MFU bin to runs' histograms ({run_pk: {bin: n}}), one executemany."""
+    """Add measurement counts per MFU bin to runs' histograms ({run_pk: {bin: n}}) in one go."""
     rows = [
         {"run_pk": run_pk, "mfu_bin": b, "n_measurements": n}
         for run_pk in sorted(counts)
@@ -527,8 +527,8 @@ _UPDATE_SUMMARY = (
 
 
 def update_summaries(connection: Connection, *, summaries: Sequence[RunRecord]) -> None:
-    """Write the ingest summary columns of several runs (records as they should now read), one
-    executemany. The caller holds the runs' locks."""
+    """Write the ingest summary columns of several runs (records as they should now read) in one go.
+    The caller holds the runs' locks."""
     if not summaries:
         return
     ordered = sorted(summaries, key=lambda run: run.pk)
@@ -655,7 +655,8 @@ def _upsert_add(
     many: bool = False,
 ) -> None:
     """Add each row's ``counter`` to the existing row with the same key (insert when there is none):
-    one statement per row in the given order (the lock order), or one executemany."""
+    one statement per row in the given order (the lock order), or all at once (``many``: multi-row
+    statements on SQLite, an executemany on PostgreSQL)."""
     if not rows:
         return
     driver = _upsert_statement(connection.dialect, table, keys, counter)

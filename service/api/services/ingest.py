@@ -27,7 +27,7 @@ import dataclasses
 import gc
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache, partial
@@ -327,10 +327,10 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
     batch: dict[int, _RunInBatch] = {}
     outcomes: list[Any] = []
     for job in jobs:
-        run = locked.get(job.run_id)
         if job.key_id not in active:
             outcomes.append(invalid_api_key())
             continue
+        run = locked.get(job.run_id)
         if run is None or run.tenant != job.tenant:
             outcomes.append(not_found(job.run_id))
             continue
@@ -408,8 +408,8 @@ class MeasurementIngest:
     """Caches and the group-commit writer of one app (one per process; closed at shutdown).
 
     ``admission`` (the app's bound on requests holding connections, an ``asyncio.Semaphore``) is
-    entered around each database read made on a cache miss; ``on_revoked_key`` is told the id of a key the write transaction
-    found revoked, so the principal cache can drop it.
+    entered around each database read made on a cache miss; ``on_revoked_key`` is told the id of a
+    key the write transaction found revoked, so the principal cache can drop it.
     """
 
     def __init__(
@@ -470,11 +470,8 @@ class MeasurementIngest:
         return IngestJob(principal.key_id, principal.tenant, run_id, rows, parameters)
 
     async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
-        if self._admission is None:
+        async with self._admission or nullcontext():
             run = await run_in_threadpool(self._fetch_run, tenant, run_id)
-        else:
-            async with self._admission:
-                run = await run_in_threadpool(self._fetch_run, tenant, run_id)
         if run is None:
             raise not_found(run_id)
         facts = _RunFacts(run, run_accelerator(run))
