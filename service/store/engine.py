@@ -12,6 +12,7 @@ and came back is reconnected without a restart.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,8 @@ def _sqlite_engine(url: str, *, pool_size: int, busy_timeout_ms: int) -> Engine:
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's implicit BEGIN is deferred).
         dbapi_connection.isolation_level = None
+        _enable_wal(dbapi_connection, busy_timeout_ms)
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: a committed transaction survives a process crash (SIGKILL);
         # only an OS crash or power loss can roll back the last transactions.
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -74,3 +75,26 @@ def _sqlite_engine(url: str, *, pool_size: int, busy_timeout_ms: int) -> Engine:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _enable_wal(dbapi_connection: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL, waiting as a busy timeout would.
+
+    The switch needs the exclusive lock, and SQLite answers "database is locked" at once, without
+    calling its busy handler, while another connection holds the write lock on a file still in
+    rollback-journal mode: two instances running `teff db upgrade` on a new file hit exactly that.
+    WAL persists in the file, so only the first connections to a new database ever wait here.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(_WAL_RETRY_SECONDS)
+
+
+# How often a connection waiting to switch a new file to WAL tries again.
+_WAL_RETRY_SECONDS = 0.02
