@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 from sqlalchemy import Engine
+from starlette.routing import BaseRoute
 
 from service import __version__
 from service.api.baseline import router as baseline_router
@@ -20,7 +21,7 @@ from service.api.handlers import install_handlers
 from service.api.middleware import RequestContextMiddleware
 from service.api.openapi import build_openapi
 from service.api.ops import router as ops_router
-from service.api.routers import ROUTERS, TAGS
+from service.api.routers import MATCH_ORDER, ROUTERS, TAGS
 from service.observability import LOGGER_NAME
 from service.settings import Settings, load_settings
 from service.store import migrate
@@ -94,12 +95,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         app.state.engine = engine
     install_handlers(app)
     app.include_router(ops_router)
-    for router in ROUTERS:
+    for router in MATCH_ORDER:
         app.include_router(router, prefix="/v1")
     install_docs(app)
     if settings.benchmark_routes:
         app.include_router(baseline_router)
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app, routes=_in_document_order(app.routes))  # type: ignore[method-assign]
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -109,6 +110,22 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         )
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     return app
+
+
+def _in_document_order(routes: list[BaseRoute]) -> list[BaseRoute]:
+    """The app's routes with the /v1 routers in ROUTERS order (the contract's), wherever MATCH_ORDER
+    put them; the rest keep their places."""
+    rank = {id(router): index for index, router in enumerate(ROUTERS)}
+
+    def router_rank(route: BaseRoute) -> int | None:
+        return rank.get(id(getattr(route, "original_router", None)))
+
+    places = [index for index, route in enumerate(routes) if router_rank(route) is not None]
+    ordered = sorted((routes[index] for index in places), key=lambda route: router_rank(route) or 0)
+    result = list(routes)
+    for index, route in zip(places, ordered, strict=True):
+        result[index] = route
+    return result
 
 
 def app_from_environment() -> FastAPI:

@@ -7,11 +7,13 @@ what is sent and clients can generate error handling from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+from starlette.routing import BaseRoute
 
 from service.api.problems import ALL_KINDS, PROBLEM_CONTENT_TYPE
 
@@ -74,14 +76,15 @@ def _problem_response(status: str) -> dict[str, Any]:
     }
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+def build_openapi(app: FastAPI, *, routes: Sequence[BaseRoute] | None = None) -> dict[str, Any]:
+    """``routes``: in the order the document lists them (default: the app's, in matching order)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
         title=app.title,
         version=app.version,
         description=app.description,
-        routes=app.routes,
+        routes=app.routes if routes is None else routes,
         tags=app.openapi_tags,
         servers=app.servers,
     )

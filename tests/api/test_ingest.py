@@ -155,3 +155,30 @@ def test_the_documented_examples_work_together(store_client: StoreClient) -> Non
         assert response.status_code == 200, (name, response.text)
         summary = response.json()["summary"]
         assert 0.3 < summary["latest_mfu"] < 0.6, (name, summary)
+
+
+def test_ingest_reads_the_key_from_either_header_and_checks_the_scope(store_client: StoreClient) -> None:
+    """The ingest route authenticates without FastAPI's security dependencies (its hot path): the same
+    headers, answers and scope check as every other keyed operation."""
+    run_id = store_client.create_run()["id"]
+    url = f"/v1/runs/{run_id}/measurements"
+    key = store_client.writer["X-API-Key"]
+    for step, headers in enumerate(
+        [{"Authorization": f"Bearer {key}"}, {"Authorization": f"bearer  {key} "}, {"X-API-Key": f" {key}"}],
+        start=1,
+    ):
+        response = store_client.client.post(url, json=measurement(step), headers=headers)
+        assert response.status_code == 200, (headers, response.text)
+        assert response.json()["stored"] == 1
+    for headers in [{}, {"Authorization": f"Basic {key}"}, {"Authorization": "Bearer "}, {"X-API-Key": " "}]:
+        response = store_client.client.post(url, json=measurement(9), headers=headers)
+        assert response.status_code == 401, headers
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert "X-API-Key" in response.json()["detail"]
+    response = store_client.client.post(url, json=measurement(9), headers={"X-API-Key": key + "x"})
+    assert response.status_code == 401
+    reader = store_client.reader
+    response = store_client.client.post(url, json=measurement(9), headers=reader)
+    assert response.status_code == 403
+    assert "`write` scope" in response.json()["detail"]
+    assert _count(store_client, measurements) == 3
