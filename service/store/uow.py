@@ -4,6 +4,10 @@
 rolled back when the block ends, so a request that fails half-way writes nothing. Write units take
 SQLite's write lock at BEGIN (see engine.py); read units never block writers.
 
+``UnitOfWork(engine, write=True, wait=False)`` never waits for the write lock: it raises
+:class:`WriteLockBusy` at once when another thread or process holds it (for callers on an event loop,
+which must not block; see group_commit).
+
 SQLite admits one writer at a time. Threads of one process that wait for it inside SQLite sleep in
 its busy handler (1 ms, 2 ms, 5 ms … up to 100 ms steps), so under concurrent writes most of the
 time goes to sleeping, not writing. Write units on a SQLite engine therefore queue on a per-engine
@@ -18,8 +22,14 @@ import weakref
 from types import TracebackType
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from service.store.engine import WRITE_OPTION
+
+
+class WriteLockBusy(Exception):
+    """A no-wait write unit of work found the write lock held (by this process or another)."""
+
 
 _sqlite_writer_locks: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
@@ -36,9 +46,15 @@ def _writer_lock(engine: Engine) -> threading.Lock | None:
 
 
 class UnitOfWork:
-    def __init__(self, engine: Engine, *, write: bool) -> None:
+    def __init__(
+        self, engine: Engine, *, write: bool, wait: bool = True, connection: Connection | None = None
+    ) -> None:
+        """``connection``: one the caller holds, used (and left open) instead of one from the pool."""
         self._engine = engine
         self._write = write
+        self._wait = wait
+        self._own = connection
+        self._restore_busy_timeout_ms: int | None = None
         self._connection: Connection | None = None
         self._committed = False
         self._held: threading.Lock | None = None
@@ -51,16 +67,25 @@ class UnitOfWork:
 
     def __enter__(self) -> UnitOfWork:
         if self._write:
-            self._held = _writer_lock(self._engine)
-            if self._held is not None:
-                self._held.acquire()
+            lock = _writer_lock(self._engine)
+            if lock is not None:
+                if not lock.acquire(blocking=self._wait):
+                    raise WriteLockBusy("another thread of this process is writing")
+                self._held = lock
+        connection: Connection | None = None
         try:
-            connection = self._engine.connect()
+            connection = self._own if self._own is not None else self._engine.connect()
             if self._write:
                 connection = connection.execution_options(**{WRITE_OPTION: True})
+            if not self._wait and self._held is not None:
+                self._restore_busy_timeout_ms = _set_busy_timeout(connection, 0)
             connection.begin()
-        except BaseException:
+        except BaseException as exc:
+            if connection is not None:
+                self._close(connection)
             self._release()
+            if isinstance(exc, OperationalError) and not self._wait and "locked" in str(exc):
+                raise WriteLockBusy("another process holds the database write lock") from exc
             raise
         self._connection = connection
         return self
@@ -80,12 +105,29 @@ class UnitOfWork:
         connection = self._connection
         self._connection = None
         try:
-            if connection is None:
-                return
-            try:
-                if connection.in_transaction():
-                    connection.rollback()
-            finally:
-                connection.close()
+            if connection is not None:
+                self._close(connection)
         finally:
             self._release()
+
+    def _close(self, connection: Connection) -> None:
+        try:
+            if connection.in_transaction():
+                connection.rollback()
+            if self._restore_busy_timeout_ms is not None:
+                _set_busy_timeout(connection, self._restore_busy_timeout_ms)
+                self._restore_busy_timeout_ms = None
+        finally:
+            if self._own is None:
+                connection.close()
+
+
+def _set_busy_timeout(connection: Connection, milliseconds: int) -> int:
+    """Set a SQLite connection's busy timeout, outside any transaction; returns the previous one.
+    Through the driver: these are two pragmas on a hot path, and SQLAlchemy's execution costs ten
+    times SQLite's here."""
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    (previous,) = driver.execute("PRAGMA busy_timeout").fetchone()
+    driver.execute(f"PRAGMA busy_timeout={int(milliseconds)}")
+    return int(previous)

@@ -7,7 +7,9 @@ make one job fail inside a batch.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -195,3 +197,137 @@ def test_a_closed_writer_refuses_new_jobs(engine: Engine) -> None:
     with pytest.raises(WriterClosed):
         asyncio.run(writer.submit("d2"))
     assert _stored(engine) == {"d1"}
+
+
+# --------------------------------------------------------------------------------------------------
+# Inline batches: light jobs committed on the event loop (SQLite only)
+
+
+def test_light_jobs_of_one_loop_turn_share_one_inline_transaction(engine: Engine) -> None:
+    threads: list[int] = []
+
+    def process(connection: Connection, jobs: Sequence[str]) -> list[Any]:
+        threads.append(threading.get_ident())
+        return _insert_prefixes(connection, jobs)
+
+    writer: GroupCommitWriter[str, str] = GroupCommitWriter(engine, process, inline_max_weight=1)
+    try:
+        answers = asyncio.run(_submit_all(writer, [f"i{i}" for i in range(20)]))
+        loop_thread = threading.get_ident()
+    finally:
+        writer.close()
+    assert answers == [f"I{i}" for i in range(20)]
+    assert _stored(engine) == {f"i{i}" for i in range(20)}
+    if engine.dialect.name == "sqlite":
+        assert writer.inline_batches == writer.batches == 1  # all twenty, on the loop's own thread
+        assert threads == [loop_thread]
+    else:  # PostgreSQL: each statement is a round trip the loop would wait on; always the thread
+        assert writer.inline_batches == 0
+        assert loop_thread not in threads
+
+
+@pytest.mark.parametrize("holder", ["thread", "process"])
+def test_inline_jobs_go_to_the_thread_while_the_write_lock_is_held_and_the_loop_never_waits(
+    sqlite_url: str, holder: str
+) -> None:
+    """The write lock held by another thread of this process (its in-process lock) or by another
+    connection, as another process would (SQLite's own lock): the inline unit of work gives up at
+    once, the writer thread waits for the lock instead, and the loop keeps turning meanwhile."""
+    from service.store import migrate
+    from service.store.engine import build_engine
+
+    migrate.upgrade(sqlite_url)
+    engine = build_engine(sqlite_url, pool_size=2)
+    released = threading.Event()
+    holding = threading.Event()
+
+    def hold_the_lock() -> None:
+        if holder == "thread":
+            with UnitOfWork(engine, write=True):
+                holding.set()
+                released.wait(10)
+            return
+        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        holding.set()
+        released.wait(10)
+        other.execute("ROLLBACK")
+        other.close()
+
+    holder_thread = threading.Thread(target=hold_the_lock)
+    holder_thread.start()
+    holding.wait(10)
+    writer: GroupCommitWriter[str, str] = GroupCommitWriter(engine, _insert_prefixes, inline_max_weight=1)
+
+    async def scenario() -> tuple[list[Any], int]:
+        ticks = 0
+        jobs = asyncio.ensure_future(_submit_all(writer, ["h1", "h2", "h3"]))
+        for _ in range(20):  # the loop turns while the jobs wait for the lock in the thread
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not jobs.done()
+        released.set()
+        answers = await jobs
+        # With the lock free again, the next light job is committed inline.
+        answers.append(await writer.submit("h4"))
+        return answers, ticks
+
+    try:
+        answers, ticks = asyncio.run(scenario())
+        assert answers == ["H1", "H2", "H3", "H4"]
+        assert ticks == 20
+        assert writer.inline_batches == 1 and writer.batches >= 2  # h1-h3 in the thread, h4 inline
+        # The inline connection's busy timeout is its usual one between its transactions.
+        with UnitOfWork(engine, write=False) as uow:
+            assert uow.connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+        assert _stored(engine) == {"h1", "h2", "h3", "h4"}
+    finally:
+        released.set()
+        holder_thread.join()
+        writer.close()
+        engine.dispose()
+
+
+def test_a_no_wait_unit_of_work_gives_up_at_once_and_restores_the_busy_timeout(sqlite_url: str) -> None:
+    from service.store import migrate
+    from service.store.engine import build_engine
+    from service.store.uow import WriteLockBusy
+
+    migrate.upgrade(sqlite_url)
+    engine = build_engine(sqlite_url, pool_size=1)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        with engine.connect() as connection:
+            other.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            with (
+                pytest.raises(WriteLockBusy),
+                UnitOfWork(engine, write=True, wait=False, connection=connection),
+            ):
+                pass
+            assert time.monotonic() - started < 1.0  # not the 30 s busy timeout
+            other.execute("ROLLBACK")
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+            assert not connection.closed  # a connection the caller holds stays open
+            with UnitOfWork(engine, write=True, wait=False, connection=connection) as uow:
+                _insert_prefixes(uow.connection, ["n1"])
+                uow.commit()
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+        assert _stored(engine) == {"n1"}
+    finally:
+        other.close()
+        engine.dispose()
+
+
+def test_closing_commits_the_light_jobs_of_the_loops_last_turn(engine: Engine) -> None:
+    writer: GroupCommitWriter[str, str] = GroupCommitWriter(engine, _insert_prefixes, inline_max_weight=1)
+
+    async def scenario() -> list[Any]:
+        jobs = [asyncio.ensure_future(writer.submit(f"z{i}")) for i in range(3)]
+        await asyncio.sleep(0)  # they reach submit; their inline batch is not committed yet
+        writer.close()  # an app's shutdown, on the loop
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    answers = asyncio.run(scenario())
+    assert answers == ["Z0", "Z1", "Z2"]
+    assert _stored(engine) == {"z0", "z1", "z2"}
