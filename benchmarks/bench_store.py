@@ -12,7 +12,8 @@ create`:
 
 1. Single-measurement ingest: POST /v1/runs/{id}/measurements, one item per request, every request a
    new step (64 runs in turn) at 16 connections, beside POST /bench/noop-db (a trivial POST that opens a
-   write transaction) and POST /bench/noop (a trivial POST), interleaved twice. Target ≥ 0.5× noop-db.
+   write transaction) and POST /bench/noop (a trivial POST), interleaved twice. Target ≥ 0.5× the
+   trivial POST (noop-db reported beside it).
 2. Bulk ingest: 10,000 measurements per request, several clients each on its own run. Target ≥ 100,000
    measurements/s on SQLite (PostgreSQL reported beside it).
 3. Query latency at scale: a bulk loader (below) fills the database to ``--small-runs`` (10k), then
@@ -96,7 +97,7 @@ from service.store.uow import UnitOfWork
 ADMIN_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 # Targets (issue 5).
-TARGET_SINGLE_VS_NOOP_DB = 0.5
+TARGET_SINGLE_VS_NOOP = 0.5
 TARGET_BULK_PER_SECOND = 100_000
 TARGET_LIST_P50_MS = 20.0
 TARGET_EFFICIENCY_P50_MS = 20.0
@@ -1230,34 +1231,35 @@ def run_backend(
 
     # ---- checks
     single, noop_db, noop = ingest["single"], ingest["noop_db"], ingest["noop"]
-    ratio_db = single.requests_per_second / noop_db.requests_per_second
+    ratio = single.requests_per_second / noop.requests_per_second
     checks.append(
         Check(
             f"POST measurements, 1 item, {options.connections} conns (empty db)",
             f"{single.requests_per_second:,.0f} req/s p50 {single.p50_ms:.1f} p99 {single.p99_ms:.1f} ms",
-            f"noop-db {noop_db.requests_per_second:,.0f} req/s",
-            f"{ratio_db:.2f}x",
-            f"≥ {TARGET_SINGLE_VS_NOOP_DB}x",
-            _verdict(ratio_db >= TARGET_SINGLE_VS_NOOP_DB and non_2xx(single) == 0),
+            f"noop {noop.requests_per_second:,.0f} req/s",
+            f"{ratio:.2f}x",
+            f"≥ {TARGET_SINGLE_VS_NOOP}x",
+            _verdict(ratio >= TARGET_SINGLE_VS_NOOP and non_2xx(single) == 0),
         )
     )
     checks.append(
         Check(
-            "  same, against the trivial POST /bench/noop",
+            "  same, against POST /bench/noop-db (opens an empty write transaction)",
             "",
-            f"noop {noop.requests_per_second:,.0f} req/s",
-            f"{single.requests_per_second / noop.requests_per_second:.2f}x",
+            f"noop-db {noop_db.requests_per_second:,.0f} req/s",
+            f"{single.requests_per_second / noop_db.requests_per_second:.2f}x",
         )
     )
-    s_big, db_big = ingest_big["single"], ingest_big["noop_db"]
+    s_big, noop_big = ingest_big["single"], ingest_big["noop"]
+    ratio_big = s_big.requests_per_second / noop_big.requests_per_second
     checks.append(
         Check(
             f"  same, at {options.runs:,} runs loaded",
             f"{s_big.requests_per_second:,.0f} req/s p50 {s_big.p50_ms:.1f} p99 {s_big.p99_ms:.1f} ms",
-            f"noop-db {db_big.requests_per_second:,.0f} req/s",
-            f"{s_big.requests_per_second / db_big.requests_per_second:.2f}x",
-            f"≥ {TARGET_SINGLE_VS_NOOP_DB}x",
-            _verdict(s_big.requests_per_second / db_big.requests_per_second >= TARGET_SINGLE_VS_NOOP_DB),
+            f"noop {noop_big.requests_per_second:,.0f} req/s",
+            f"{ratio_big:.2f}x",
+            f"≥ {TARGET_SINGLE_VS_NOOP}x",
+            _verdict(ratio_big >= TARGET_SINGLE_VS_NOOP and non_2xx(s_big) == 0),
         )
     )
     bulk_target = backend == "sqlite"
