@@ -21,6 +21,8 @@ from sqlalchemy.engine import make_url
 
 # Execution option that marks a connection as a writer (see _sqlite_begin).
 WRITE_OPTION = "teff_write"
+# How often a connection waiting to switch a new file to WAL tries again (see _enable_wal).
+_WAL_RETRY_SECONDS = 0.02
 
 
 def build_engine(url: str, *, pool_size: int = 10, busy_timeout_ms: int = 30_000) -> Engine:
@@ -94,7 +96,3 @@ def _enable_wal(dbapi_connection: sqlite3.Connection, busy_timeout_ms: int) -> N
             if "locked" not in str(error) or time.monotonic() >= deadline:
                 raise
             time.sleep(_WAL_RETRY_SECONDS)
-
-
-# How often a connection waiting to switch a new file to WAL tries again.
-_WAL_RETRY_SECONDS = 0.02

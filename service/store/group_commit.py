@@ -160,10 +160,8 @@ class GroupCommitWriter(Generic[Job, Result]):
             self._closed = True
             thread = self._thread
         if waiting:  # light jobs of the loop's last turn: their callback may never run now
-            self._ensure_thread()
+            self._to_thread(waiting)
             thread = self._thread
-            for pending in waiting:
-                self._queue.put(pending)
         if thread is not None:
             self._queue.put(_STOP)
             thread.join(timeout_seconds)
@@ -194,13 +192,18 @@ class GroupCommitWriter(Generic[Job, Result]):
         waiting, self._inline = self._inline, []
         batch: list[_Pending[Job]] = []
         total = 0
-        for index, pending in enumerate(waiting):
+        for pending in waiting:
             batch.append(pending)
             total += pending.weight
-            if total >= self._max_batch_weight or index == len(waiting) - 1:
-                if not self._commit(batch, wait=False):
-                    self._to_thread(batch)
+            if total >= self._max_batch_weight:
+                self._commit_here_or_in_thread(batch)
                 batch, total = [], 0
+        if batch:
+            self._commit_here_or_in_thread(batch)
+
+    def _commit_here_or_in_thread(self, batch: list[_Pending[Job]]) -> None:
+        if not self._commit(batch, inline=True):
+            self._to_thread(batch)
 
     # ----------------------------------------------------------------------------------------------
     # The writer thread
@@ -238,18 +241,18 @@ class GroupCommitWriter(Generic[Job, Result]):
             if pending is not _STOP:
                 self._answer([pending], [WriterClosed(f"{self._name} writer is closed")])
 
-    def _commit(self, batch: list[_Pending[Job]], *, wait: bool = True) -> bool:
-        """Commit ``batch`` and answer its callers; False (nothing done) when ``wait`` is false and
-        the write lock is taken."""
+    def _commit(self, batch: list[_Pending[Job]], *, inline: bool = False) -> bool:
+        """Commit ``batch`` and answer its callers. ``inline``: on the event loop, never waiting for
+        the write lock; False (nothing done) when it is taken."""
         started = time.perf_counter()
         try:
-            outcomes = self._transaction([pending.job for pending in batch], wait=wait)
+            outcomes = self._transaction([pending.job for pending in batch], inline=inline)
         except WriteLockBusy:
             return False
         except Exception as exc:
             if len(batch) == 1 or _fails_every_job(exc):
                 outcomes = [exc] * len(batch)
-            elif not wait:  # the thread retries it job by job, where waiting for the lock is allowed
+            elif inline:  # the thread retries it job by job, where waiting for the lock is allowed
                 return False
             else:
                 logger.warning(
@@ -261,9 +264,9 @@ class GroupCommitWriter(Generic[Job, Result]):
                 outcomes = [self._alone(pending.job) for pending in batch]
         if self._on_batch is not None:
             self._on_batch(len(batch), time.perf_counter() - started)
-        if not wait:
+        if inline:
             self.inline_batches += 1
-        self._answer(batch, outcomes, on_loop=not wait)
+        self._answer(batch, outcomes, on_loop=inline)
         return True
 
     def _alone(self, job: Job) -> Outcome:
@@ -272,9 +275,9 @@ class GroupCommitWriter(Generic[Job, Result]):
         except Exception as exc:
             return exc
 
-    def _transaction(self, jobs: list[Job], *, wait: bool = True) -> Sequence[Outcome]:
-        connection = None if wait else self._inline_connection
-        with UnitOfWork(self._engine, write=True, wait=wait, connection=connection) as uow:
+    def _transaction(self, jobs: list[Job], *, inline: bool = False) -> Sequence[Outcome]:
+        connection = self._inline_connection if inline else None
+        with UnitOfWork(self._engine, write=True, wait=not inline, connection=connection) as uow:
             outcomes = self._process(uow.connection, jobs)
             if len(outcomes) != len(jobs):
                 raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(jobs)} jobs")
