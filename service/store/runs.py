@@ -225,12 +225,18 @@ def lock_runs(connection: Connection, *, run_ids: Iterable[str]) -> dict[str, Ru
     return {row.id: _record(row) for row in connection.execute(_LOCK_RUNS, {"ids": ids})}
 
 
+_TAGS_OF = (
+    select(run_tags.c.run_pk, run_tags.c.tag)
+    .where(run_tags.c.run_pk.in_(bindparam("pks", expanding=True)))
+    .order_by(run_tags.c.run_pk, run_tags.c.tag)
+)
+
+
 def tags_of(connection: Connection, run_pks: Sequence[int]) -> dict[int, tuple[str, ...]]:
     if not run_pks:
         return {}
     found: dict[int, list[str]] = {}
-    query = select(run_tags.c.run_pk, run_tags.c.tag).where(run_tags.c.run_pk.in_(list(run_pks)))
-    for run_pk, tag in connection.execute(query.order_by(run_tags.c.run_pk, run_tags.c.tag)):
+    for run_pk, tag in connection.execute(_TAGS_OF, {"pks": list(run_pks)}):
         found.setdefault(run_pk, []).append(tag)
     return {pk: tuple(values) for pk, values in found.items()}
 

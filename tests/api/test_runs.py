@@ -1106,6 +1106,33 @@ def test_a_revoked_key_is_refused_on_its_next_request(store_client: StoreClient)
     )
 
 
+def test_a_revoked_key_reads_nothing_more_on_any_read_endpoint(store_client: StoreClient) -> None:
+    # Read endpoints take the principal from the process's cache once a key was seen, and check the key
+    # again inside their read transaction: each of them must refuse the key once it is revoked.
+    key = store_client.key("team-a", "read,write")
+    headers = {"X-API-Key": key}
+    first = store_client.create_run(headers)["id"]
+    second = store_client.create_run(headers)["id"]
+    reads = [
+        ("GET", "/v1/runs", None),
+        ("GET", f"/v1/runs/{first}", None),
+        ("GET", f"/v1/runs/{first}/measurements", None),
+        ("GET", f"/v1/runs/{first}/efficiency", None),
+        ("POST", "/v1/runs/compare", {"run_ids": [first, second]}),
+        ("GET", "/v1/stats/mfu", None),
+    ]
+    for method, url, body in reads:
+        response = store_client.client.request(method, url, json=body, headers=headers)
+        assert response.status_code == 200, (url, response.text)
+    with UnitOfWork(store_client.engine, write=True) as uow:
+        assert keys.revoke_key(uow.connection, prefix=key.split("_")[1])
+        uow.commit()
+    for method, url, body in reads:
+        response = store_client.client.request(method, url, json=body, headers=headers)
+        assert response.status_code == 401, (url, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
+
+
 def test_an_admin_key_may_write(store_client: StoreClient) -> None:
     admin = store_client.headers("team-a", "admin")
     assert store_client.client.post("/v1/runs", json=run_body(), headers=admin).status_code == 201

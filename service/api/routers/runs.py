@@ -13,8 +13,7 @@ from starlette.responses import Response
 from service import plots
 from service.api.deps import (
     SECURITY_REQUIREMENT,
-    ReadPrincipal,
-    ReadUow,
+    Reader,
     WritePrincipal,
     WriteUow,
     get_engine,
@@ -106,8 +105,9 @@ def _json(body: bytes, status: int, headers: dict[str, str] | None = None) -> Re
     "that differ across the runs. An id that is not the caller's tenant's answers 404 naming it.",
     openapi_extra={"x-problems": ["404"]},
 )
-def compare_runs(request_body: RunCompareRequest, principal: ReadPrincipal, uow: ReadUow) -> RunComparison:
-    return service.compare_runs(uow.connection, principal=principal, request=request_body)
+def compare_runs(request_body: RunCompareRequest, reader: Reader) -> RunComparison:
+    with reader.unit_of_work() as uow:
+        return service.compare_runs(uow.connection, principal=reader.principal, request=request_body)
 
 
 @router.post(
@@ -158,8 +158,7 @@ def create_run(
     "measurements have no median: they sort lowest. Parameter filters are total parameters.",
 )
 def list_runs(
-    principal: ReadPrincipal,
-    uow: ReadUow,
+    reader: Reader,
     accelerator: Annotated[
         str | None, Query(max_length=100, description="catalog id or device name, or `custom`")
     ] = None,
@@ -191,20 +190,22 @@ def list_runs(
         min_mfu=min_mfu,
         max_mfu=max_mfu,
     )
-    return service.list_runs(
-        uow.connection,
-        principal=principal,
-        filters=filters,
-        sort=sort,
-        order=order,
-        limit=limit,
-        cursor=cursor,
-    )
+    with reader.unit_of_work() as uow:
+        return service.list_runs(
+            uow.connection,
+            principal=reader.principal,
+            filters=filters,
+            sort=sort,
+            order=order,
+            limit=limit,
+            cursor=cursor,
+        )
 
 
 @router.get("/runs/{run_id}", response_model=RunRead, summary="Read a run")
-def get_run(run_id: RunId, principal: ReadPrincipal, uow: ReadUow) -> RunRead:
-    return service.get_run(uow.connection, principal=principal, run_id=run_id)
+def get_run(run_id: RunId, reader: Reader) -> RunRead:
+    with reader.unit_of_work() as uow:
+        return service.get_run(uow.connection, principal=reader.principal, run_id=run_id)
 
 
 @router.patch(
@@ -272,22 +273,22 @@ async def add_measurements(run_id: RunId, request: Request) -> Response:
 )
 def list_measurements(
     run_id: RunId,
-    principal: ReadPrincipal,
-    uow: ReadUow,
+    reader: Reader,
     min_step: Annotated[int | None, Query(ge=0)] = None,
     max_step: Annotated[int | None, Query(ge=0)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> MeasurementPage:
-    return service.list_measurements(
-        uow.connection,
-        principal=principal,
-        run_id=run_id,
-        limit=limit,
-        cursor=cursor,
-        min_step=min_step,
-        max_step=max_step,
-    )
+    with reader.unit_of_work() as uow:
+        return service.list_measurements(
+            uow.connection,
+            principal=reader.principal,
+            run_id=run_id,
+            limit=limit,
+            cursor=cursor,
+            min_step=min_step,
+            max_step=max_step,
+        )
 
 
 @router.get(
@@ -304,11 +305,10 @@ def list_measurements(
     responses=representations(SVG, PNG),
     openapi_extra=NEGOTIATED,
 )
-def get_run_efficiency(
-    run_id: RunId, request: Request, principal: ReadPrincipal, uow: ReadUow
-) -> RunEfficiency | Response:
+def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEfficiency | Response:
     media_type = negotiate(request, (JSON, SVG, PNG))
-    view = service.run_efficiency(uow.connection, principal=principal, run_id=run_id)
+    with reader.unit_of_work() as uow:
+        view = service.run_efficiency(uow.connection, principal=reader.principal, run_id=run_id)
     if media_type == JSON:
         return view.answer
     answer = view.answer

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import ReadPrincipal, ReadUow
+from service.api.deps import Reader
 from service.api.schemas.runs import SizeClassName
 from service.api.schemas.stats import FleetMfuStats
 from service.api.services import runs as service
@@ -27,18 +27,18 @@ router = APIRouter(tags=["stats"])
     openapi_extra={"x-problems": ["404"]},
 )
 def get_fleet_mfu_stats(
-    principal: ReadPrincipal,
-    uow: ReadUow,
+    reader: Reader,
     accelerator: Annotated[
         str | None, Query(max_length=100, description="catalog id or device name, or `custom`")
     ] = None,
     size_class: SizeClassName | None = None,
     run_id: Annotated[str | None, Query(min_length=1, max_length=32)] = None,
 ) -> FleetMfuStats:
-    return service.fleet_mfu_stats(
-        uow.connection,
-        principal=principal,
-        accelerator=service.normalise_accelerator(accelerator),
-        size_class=size_class,
-        run_id=run_id,
-    )
+    with reader.unit_of_work() as uow:
+        return service.fleet_mfu_stats(
+            uow.connection,
+            principal=reader.principal,
+            accelerator=service.normalise_accelerator(accelerator),
+            size_class=size_class,
+            run_id=run_id,
+        )

@@ -35,7 +35,7 @@ from service.api.problems import (
     ProblemError,
 )
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
-from service.api.schemas.common import HardwareRef, ModelRef, ThroughputIn
+from service.api.schemas.common import ModelRef, ThroughputIn
 from service.api.schemas.runs import (
     MAX_TAGS,
     MeasurementPage,
@@ -144,7 +144,7 @@ def run_read(run: store.RunRecord) -> RunRead:
         finished_at=run.finished_at,
         created_at=run.created_at,
         updated_at=run.updated_at,
-        model=ModelRef.model_validate(spec["model"]),
+        model=spec["model"],
         model_name=run.model_name,
         parameters=ParameterCountsRead(
             total=run.parameters_total,
@@ -152,7 +152,7 @@ def run_read(run: store.RunRecord) -> RunRead:
             non_embedding=run.parameters_non_embedding,
         ),
         size_class=run.size_class,
-        hardware=HardwareRef.model_validate(spec["hardware"]),
+        hardware=spec["hardware"],
         accelerator_id=run.accelerator,
         accelerator_name=run.accelerator_name,
         device_count=run.device_count,
@@ -160,7 +160,7 @@ def run_read(run: store.RunRecord) -> RunRead:
         seq_len_tokens=run.seq_len_tokens,
         global_batch_tokens=run.global_batch_tokens,
         global_batch_sequences=spec.get("global_batch_sequences"),
-        parallelism=ParallelLayoutRead.model_validate(spec["parallelism"]),
+        parallelism=spec["parallelism"],
         framework=run.framework,
         cluster=run.cluster,
         scheduler_job_id=run.scheduler_job_id,
