@@ -40,6 +40,8 @@ transaction per chunk of runs, and reuses the service's code for every value the
   run with no measurements, given the histogram ``fleet.bin_counts`` makes of all its rows. Tenant and
   fleet histograms are added with the store's upsert (``service.store.runs._upsert_add``: counter += n), the fleet one only for catalog
   accelerators (as ``move_run_in_histograms``).
+* a long run's step buckets (more than ``fleet.EXACT_SERIES_MAX`` measurements): the store's
+  ``rebuild_series``, as ingest builds them when a run outgrows the exact series.
 * runs, tags and per-run histograms are written at the driver: executemany of the compiled INSERT on
   SQLite (times as the store binds them, ``service.store.runs._sqlite_time``), COPY on PostgreSQL.
 
@@ -72,7 +74,7 @@ from typing import Any
 
 import httpx
 import orjson
-from sqlalchemy import Connection, Table, create_engine, func, insert, select, text
+from sqlalchemy import Connection, Table, case, create_engine, func, insert, select, text
 
 from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
@@ -88,6 +90,7 @@ from service.store.tables import (
     fleet_mfu_bins,
     measurements,
     run_mfu_bins,
+    run_series_bins,
     run_tags,
     runs,
     tenant_mfu_bins,
@@ -568,6 +571,11 @@ class BulkLoader:
         for rows in measurement_batches:
             store.insert_measurements(connection, rows=rows)  # the ingest path's own writer
             measurement_total += len(rows)
+        for pk, rows in per_run_rows.items():
+            if len(rows) > fleet.EXACT_SERIES_MAX:  # the stored step buckets, as ingest builds them
+                steps = [row["step"] for row in rows]
+                width = fleet.series_width(min(steps), max(steps))
+                store.rebuild_series(connection, run_pk=pk, width=width)
         RUN_BINS_WRITER.write(connection, bin_rows)
         store._upsert_add(
             connection,
@@ -611,7 +619,7 @@ def _summary(template: store.RunRecord, rows: list[dict[str, Any]]) -> dict[str,
     ``ingest.summary_after`` (the ingest path's own function) on a run with no measurements, given
     the histogram ``fleet.bin_counts`` makes of them."""
     bins = fleet.bin_counts(row["mfu"] for row in rows)
-    after = ingest.summary_after(template, rows, bins, now=NOW)
+    after = ingest.summary_after(template, store.measurement_values(rows), bins, now=NOW)
     values = {name: getattr(after, name) for name in _SUMMARY_FIELDS}
     if values["median_mfu"] is None:
         values["median_mfu"] = NO_MFU  # the column's "none yet"
@@ -1058,6 +1066,24 @@ def verify_histograms(url: str) -> dict[str, Any]:
                     f"measurements {n_measurements:,}, sum of run counts {n_summary:,}, sum of run bins {n_bins:,}"
                 )
             r = runs.c
+            s = run_series_bins.c
+            series_counts = (
+                select(s.run_pk, func.sum(s.n_measurements).label("n")).group_by(s.run_pk).subquery()
+            )
+            series_runs, series_wrong = connection.execute(
+                select(
+                    func.count(),
+                    func.coalesce(func.sum(case((series_counts.c.n != r.measurement_count, 1), else_=0)), 0),
+                ).select_from(series_counts.join(runs, runs.c.pk == series_counts.c.run_pk))
+            ).one()
+            long_runs = connection.execute(
+                select(func.count()).where(r.measurement_count > fleet.EXACT_SERIES_MAX)
+            ).scalar_one()
+            if series_wrong or series_runs != long_runs:
+                problems.append(
+                    f"step buckets: {series_runs} runs have them ({series_wrong} not counting every "
+                    f"measurement), {long_runs} runs have more than {fleet.EXACT_SERIES_MAX} measurements"
+                )
             tenant_expected = Counter(
                 {
                     tuple(row[:4]): row[4]

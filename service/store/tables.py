@@ -164,6 +164,26 @@ run_mfu_bins = Table(
     sqlite_with_rowid=False,
 )
 
+# A long run's MFU series in step buckets (service.domain.fleet.SeriesBin; kept from the moment it
+# has more than fleet.EXACT_SERIES_MAX measurements, in the ingest transaction): its efficiency reads
+# at most fleet.SERIES_BUCKETS_MAX rows instead of its history. All of a run's rows share width_steps.
+run_series_bins = Table(
+    "run_series_bins",
+    metadata,
+    Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), primary_key=True),
+    Column("bucket", BigInteger, primary_key=True, autoincrement=False),
+    Column("width_steps", BigInteger, nullable=False),
+    Column("n_measurements", Integer, nullable=False),
+    Column("mfu_sum", Double, nullable=False),
+    Column("mfu_min", Double, nullable=False),
+    Column("mfu_max", Double, nullable=False),
+    Column("tokens_per_second_sum", Double, nullable=False),
+    Column("first_measured_at", UtcDateTime, nullable=False),
+    Column("last_measured_at", UtcDateTime, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+)
+
 # Histograms of run median MFU: per tenant (the caller's own statistics) and across tenants (the
 # fleet, a few thousand rows whatever the number of runs). Maintained in the ingest/delete transaction.
 tenant_mfu_bins = Table(

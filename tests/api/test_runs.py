@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import threading
@@ -10,12 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from service.api.services import runs as runs_service
 from service.domain import fleet
 from service.store import keys
-from service.store.tables import idempotency_keys, measurements, run_mfu_bins, run_tags
+from service.store import runs as runs_store
+from service.store.tables import idempotency_keys, measurements, run_mfu_bins, run_series_bins, run_tags
 from service.store.uow import UnitOfWork
 from tests.api.conftest import T0, StoreClient, measurement, run_body
 
@@ -894,30 +896,87 @@ def test_efficiency_summarises_the_mfu_distribution_and_its_trend(store_client: 
     assert "latest_step" in answer["tokens_method"]
 
 
-def test_a_long_run_is_trended_from_database_buckets_close_to_the_exact_trend(
-    store_client: StoreClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = store_client.create_run()
-    items = [
+def _long_run_items(steps: range) -> list[dict[str, Any]]:
+    return [
         {
             "step": i,
             "time": (T0 + timedelta(seconds=30 * i)).isoformat(),
             "throughput": {"tokens_per_second": 380_000.0 + 20.0 * i + (i % 7) * 500.0},
         }
-        for i in range(3000)
+        for i in steps
     ]
-    store_client.add(run["id"], items)
-    url = f"/v1/runs/{run['id']}/efficiency"
-    exact = store_client.client.get(url, headers=store_client.reader).json()
-    monkeypatch.setattr(runs_service, "EXACT_SERIES_MAX", 100)
-    bucketed = store_client.client.get(url, headers=store_client.reader).json()
+
+
+def _assert_close_to_exact(bucketed: dict[str, Any], exact: dict[str, Any], count: int) -> None:
     assert "step ranges" in bucketed["trend"]["method"]
+    assert "step ranges" not in exact["trend"]["method"]
     assert bucketed["trend"]["slope_mfu_per_hour"] == pytest.approx(
         exact["trend"]["slope_mfu_per_hour"], rel=0.01
     )
     assert bucketed["trend"]["quartile_change"] == pytest.approx(exact["trend"]["quartile_change"], rel=0.02)
     assert len(bucketed["series"]) <= 240
-    assert sum(point["measurements"] for point in bucketed["series"]) == 3000
+    assert sum(point["measurements"] for point in bucketed["series"]) == count
+    assert bucketed["mfu"] == exact["mfu"]
+
+
+def test_a_long_run_is_trended_from_its_stored_buckets_close_to_the_exact_trend(
+    store_client: StoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = store_client.create_run()
+    # The run outgrows the exact series in the second request (buckets built from its
+    # measurements, 8 steps wide), and the buckets widen to 32 steps in the third ...
+    store_client.add(run["id"], _long_run_items(range(0, 1500)))
+    store_client.add(run["id"], _long_run_items(range(1500, 3000)))
+    store_client.add(run["id"], _long_run_items(range(3001, 9000)))
+    # ... and in a fourth, a late lower step goes into its old bucket, a repeated one nowhere.
+    late = store_client.add(run["id"], _long_run_items(range(3000, 3001)) + _long_run_items(range(5, 6)))
+    assert late["stored"] == 1 and late["ignored_steps"] == [5]
+    url = f"/v1/runs/{run['id']}/efficiency"
+    bucketed = store_client.client.get(url, headers=store_client.reader).json()
+    with UnitOfWork(store_client.engine, write=False) as uow:
+        record = runs_store.get_run(uow.connection, tenant="team-a", run_id=run["id"])
+        assert record is not None
+        width, stored = runs_store.run_series(uow.connection, run_pk=record.pk)
+        rows = runs_store.measurement_points(uow.connection, run_pk=record.pk)
+    # The stored buckets are exactly those of every measurement at the smallest width that holds them.
+    assert width == fleet.series_width(0, 8999) == 32
+    expected = fleet.series_bins(
+        ((row.step, row.measured_at, row.mfu, row.tokens_per_second) for row in rows), width=width
+    )
+    assert len(stored) == len(expected) == 282
+    for got, want in zip(stored, expected, strict=True):
+        # Sums in another order: equal to rounding.
+        assert got.mfu_sum == pytest.approx(want.mfu_sum, rel=1e-12)
+        assert got.tokens_per_second_sum == pytest.approx(want.tokens_per_second_sum, rel=1e-12)
+        assert dataclasses.replace(got, mfu_sum=0.0, tokens_per_second_sum=0.0) == dataclasses.replace(
+            want, mfu_sum=0.0, tokens_per_second_sum=0.0
+        )
+    monkeypatch.setattr(fleet, "EXACT_SERIES_MAX", 100_000)  # the same run read whole
+    exact = store_client.client.get(url, headers=store_client.reader).json()
+    _assert_close_to_exact(bucketed, exact, 9000)
+
+
+def test_a_long_run_without_stored_buckets_is_grouped_by_the_database_until_its_next_ingest(
+    store_client: StoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run that outgrew the exact series before buckets were kept (the migration adds none).
+    run = store_client.create_run()
+    store_client.add(run["id"], _long_run_items(range(3000)))
+    with UnitOfWork(store_client.engine, write=True) as uow:
+        uow.connection.execute(delete(run_series_bins))
+        uow.commit()
+    url = f"/v1/runs/{run['id']}/efficiency"
+    grouped = store_client.client.get(url, headers=store_client.reader).json()
+    monkeypatch.setattr(fleet, "EXACT_SERIES_MAX", 100_000)
+    exact = store_client.client.get(url, headers=store_client.reader).json()
+    monkeypatch.undo()
+    _assert_close_to_exact(grouped, exact, 3000)
+    store_client.add(run["id"], _long_run_items(range(3000, 3010)))
+    with UnitOfWork(store_client.engine, write=False) as uow:
+        record = runs_store.get_run(uow.connection, tenant="team-a", run_id=run["id"])
+        assert record is not None
+        _, stored = runs_store.run_series(uow.connection, run_pk=record.pk)
+    assert sum(item.count for item in stored) == 3010
 
 
 def test_efficiency_of_a_run_without_measurements_is_empty_not_an_error(store_client: StoreClient) -> None:

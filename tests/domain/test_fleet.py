@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -58,6 +59,25 @@ def test_mfu_bins_are_a_thousandth_wide_and_one_falls_in_the_last() -> None:
 def test_an_mfu_outside_zero_to_one_has_no_bin(value: float) -> None:
     with pytest.raises(InvalidInput):
         fleet.mfu_bin(value)
+
+
+def test_bin_counts_bins_each_value_as_mfu_bin_does() -> None:
+    rng = random.Random(11)
+    values = [rng.random() for _ in range(5_000)] + [0.0, 1.0, 0.999, 0.001, 0.9999999999999999, 0.5]
+    expected: dict[int, int] = {}
+    for value in values:
+        expected[fleet.mfu_bin(value)] = expected.get(fleet.mfu_bin(value), 0) + 1
+    assert fleet.bin_counts(values) == expected
+    assert fleet.bin_counts(iter(values)) == expected
+    assert fleet.bin_counts([1.0]) == {fleet.MFU_BINS - 1: 1}
+    assert fleet.bin_counts([]) == {}
+
+
+@pytest.mark.parametrize("value", [-0.01, -1e-9, 1.0001, float("nan"), float("inf")])
+def test_bin_counts_refuses_an_mfu_outside_zero_to_one_wherever_it_sits(value: float) -> None:
+    for values in ([value, 0.4], [0.4, value, 0.5], [0.4, value]):
+        with pytest.raises(InvalidInput):
+            fleet.bin_counts(values)
 
 
 def test_percentiles_read_from_the_histogram_are_within_one_bin_of_the_exact_ones() -> None:
@@ -163,3 +183,58 @@ def test_cost_per_billion_tokens_is_device_hours_times_price() -> None:
     )
     assert cost == pytest.approx(seconds / 3600 * 64 * 2.5)
     assert cost == pytest.approx(107.16, abs=0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# A long run's series in step buckets
+
+
+def test_the_series_width_is_the_smallest_power_of_two_that_holds_the_steps_in_480_buckets() -> None:
+    assert fleet.series_width(0, 479) == 1
+    assert fleet.series_width(0, 480) == 2
+    assert fleet.series_width(1_000_000, 1_000_479) == 1  # a run resumed at a high step
+    assert fleet.series_width(0, 19_999) == 64  # 20,000 / 64 = 313 buckets; 32 would take 625
+    assert fleet.series_width(0, 10, at_least=8) == 8
+    for first, last in ((0, 9_999), (17, 123_456), (5_000_000, 5_100_000)):
+        width = fleet.series_width(first, last)
+        assert last // width - first // width + 1 <= fleet.SERIES_BUCKETS_MAX
+        assert width == 1 or last // (width // 2) - first // (width // 2) + 1 > fleet.SERIES_BUCKETS_MAX
+
+
+def _measurements(steps: range) -> list[tuple[int, datetime, float, float]]:
+    origin = datetime(2026, 12, 2, tzinfo=UTC)
+    return [(s, origin + timedelta(seconds=10 * s), 0.3 + (s % 11) / 100, 1000.0 + s) for s in steps]
+
+
+def test_series_bins_sum_each_bucket_of_steps() -> None:
+    rows = _measurements(range(3, 40))
+    bins = fleet.series_bins(rows, width=16)
+    assert [b.bucket for b in bins] == [0, 1, 2]
+    middle = bins[1]
+    inside = [row for row in rows if 16 <= row[0] < 32]
+    assert middle.count == 16 and middle.last_step == 31
+    assert middle.mfu_sum == pytest.approx(sum(row[2] for row in inside))
+    assert middle.mfu_min == min(row[2] for row in inside) and middle.mfu_max == max(row[2] for row in inside)
+    assert middle.first_time == inside[0][1] and middle.last_time == inside[-1][1]
+    assert middle.tokens_per_second_sum == pytest.approx(sum(row[3] for row in inside))
+
+
+def test_rebucketing_narrow_buckets_gives_the_buckets_made_wide_directly() -> None:
+    rows = _measurements(range(0, 1000, 3))
+    wide = fleet.rebucket(fleet.series_bins(rows, width=4), width=4, to_width=64)
+    direct = fleet.series_bins(rows, width=64)
+    assert [(b.bucket, b.count, b.last_step, b.first_time, b.last_time) for b in wide] == [
+        (b.bucket, b.count, b.last_step, b.first_time, b.last_time) for b in direct
+    ]
+    assert [b.mfu_sum for b in wide] == pytest.approx([b.mfu_sum for b in direct])
+    with pytest.raises(InvalidInput):
+        fleet.rebucket(wide, width=64, to_width=96)
+
+
+def test_series_points_are_bucket_means_at_their_time_midpoints() -> None:
+    rows = _measurements(range(0, 8))
+    (point,) = fleet.series_points(fleet.series_bins(rows, width=8), origin=rows[0][1])
+    assert point.count == 8 and point.step == 7
+    assert point.mfu == pytest.approx(statistics.mean(row[2] for row in rows))
+    assert point.hours == pytest.approx(35 / 3600)  # midway between 0 s and 70 s
+    assert point.tokens_per_second == pytest.approx(1003.5)

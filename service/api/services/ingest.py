@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
@@ -146,16 +147,45 @@ def run_accelerator(run: store.RunRecord) -> hardware.Accelerator:
     return dataclasses.replace(part, **stored_peak)
 
 
-def measurement_rows(
+# Where a measurement value tuple (store.MEASUREMENT_COLUMNS order) holds what the summary reads.
+_STEP = store.MEASUREMENT_COLUMNS.index("step")
+_MEASURED_AT = store.MEASURED_AT
+_TOKENS_PER_SECOND = store.MEASUREMENT_COLUMNS.index("tokens_per_second")
+_MFU = store.MEASUREMENT_COLUMNS.index("mfu")
+if store.MEASUREMENT_COLUMNS != (
+    "run_pk",
+    "step",
+    "measured_at",
+    "throughput_form",
+    "throughput_value",
+    "global_batch_tokens",
+    "global_batch_sequences",
+    "tokens_per_second",
+    "tokens_per_second_per_device",
+    "mfu",
+    "hfu",
+    "achieved_tflops_per_device",
+    "loss",
+    "memory_bytes",
+    "grad_norm_sq_small",
+    "grad_norm_sq_big",
+    "batch_small_tokens",
+    "batch_big_tokens",
+):  # measurement_values builds its tuples in this order
+    raise RuntimeError("the measurements table's columns changed: update measurement_values")
+
+
+def measurement_values(
     run: store.RunRecord,
     items: list[dict[str, Any]],
     *,
     now: datetime,
     accelerator: hardware.Accelerator | None = None,
-) -> list[dict[str, Any]]:
-    """Rows for the measurements table: each item's global tokens/s (the domain's normalisation), then
-    MFU, HFU, achieved TFLOP/s and tokens/s per device as that rate times per-(token/s) factors taken
-    from the domain's compute_mfu of the first item: one multiply per value, one formula."""
+) -> list[tuple[Any, ...]]:
+    """Value tuples for the measurements table (``store.MEASUREMENT_COLUMNS`` order): each item's
+    global tokens/s (the domain's normalisation), then MFU, HFU, achieved TFLOP/s and tokens/s per
+    device as that rate times per-(token/s) factors taken from the domain's compute_mfu of the first
+    item: one multiply per value, one formula."""
     if accelerator is None:
         accelerator = run_accelerator(run)
     device_count = run.device_count
@@ -182,11 +212,10 @@ def measurement_rows(
     tflops_per = first.achieved_tflops_per_device / first.tokens_per_second
     per_device = first.tokens_per_second_per_device / first.tokens_per_second
     lowest = mfu.MIN_PLAUSIBLE_MFU
-    rows: list[dict[str, Any]] = []
+    values: list[tuple[Any, ...]] = []
     run_pk = run.pk
     global_rate = mfu.global_tokens_per_second
     for index, item in enumerate(items):
-        throughput = item["throughput"]
         form, value, domain_throughput = forms[index]
         try:
             rate = global_rate(domain_throughput, device_count=device_count, seq_len_tokens=seq_len)
@@ -198,29 +227,51 @@ def measurement_rows(
         if not (lowest <= value_mfu <= 1.0 and value_hfu <= 1.0):
             # Outside what the domain accepts: it explains why (likely causes, corrected values).
             with_field_prefix(f"body[{index}]", partial(full, domain_throughput))
-        rows.append(
-            {
-                "run_pk": run_pk,
-                "step": item["step"],
-                "measured_at": item.get("time") or now,
-                "throughput_form": form,
-                "throughput_value": value,
-                "global_batch_tokens": throughput.get("global_batch_tokens"),
-                "global_batch_sequences": throughput.get("global_batch_sequences"),
-                "tokens_per_second": rate,
-                "tokens_per_second_per_device": rate * per_device,
-                "mfu": value_mfu,
-                "hfu": value_hfu,
-                "achieved_tflops_per_device": rate * tflops_per,
-                "loss": item.get("loss"),
-                "memory_bytes": item.get("memory_bytes"),
-                "grad_norm_sq_small": item.get("grad_norm_sq_small"),
-                "grad_norm_sq_big": item.get("grad_norm_sq_big"),
-                "batch_small_tokens": item.get("batch_small_tokens"),
-                "batch_big_tokens": item.get("batch_big_tokens"),
-            }
+        get = item.get
+        if form == "step_time_seconds":
+            throughput = item["throughput"]
+            batch_tokens = throughput.get("global_batch_tokens")
+            batch_sequences = throughput.get("global_batch_sequences")
+        else:
+            batch_tokens = batch_sequences = None
+        values.append(
+            (
+                run_pk,
+                item["step"],
+                get("time") or now,
+                form,
+                value,
+                batch_tokens,
+                batch_sequences,
+                rate,
+                rate * per_device,
+                value_mfu,
+                value_hfu,
+                rate * tflops_per,
+                get("loss"),
+                get("memory_bytes"),
+                get("grad_norm_sq_small"),
+                get("grad_norm_sq_big"),
+                get("batch_small_tokens"),
+                get("batch_big_tokens"),
+            )
         )
-    return rows
+    return values
+
+
+def measurement_rows(
+    run: store.RunRecord,
+    items: list[dict[str, Any]],
+    *,
+    now: datetime,
+    accelerator: hardware.Accelerator | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`measurement_values` as dicts by column name (for callers that patch or read columns)."""
+    columns = store.MEASUREMENT_COLUMNS
+    return [
+        dict(zip(columns, row, strict=True))
+        for row in measurement_values(run, items, now=now, accelerator=accelerator)
+    ]
 
 
 _gc_lock = threading.Lock()
@@ -259,11 +310,12 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def summary_after(
-    run: store.RunRecord, fresh: Sequence[dict[str, Any]], histogram: dict[int, int], *, now: datetime
+    run: store.RunRecord, fresh: Sequence[tuple[Any, ...]], histogram: dict[int, int], *, now: datetime
 ) -> store.RunRecord:
-    """The run as it reads once ``fresh`` rows (steps it did not have) are stored, given its MFU
-    histogram with them counted: count, median (from the histogram) and its fleet bin, first time,
-    and the latest_* fields from the highest step (a late lower step does not move them)."""
+    """The run as it reads once ``fresh`` measurements (value tuples of steps it did not have) are
+    stored, given its MFU histogram with them counted: count, median (from the histogram) and its
+    fleet bin, first time, and the latest_* fields from the highest step (a late lower step does not
+    move them)."""
     if not fresh:
         return run
     median = fleet.percentile_from_histogram(histogram, 0.5)
@@ -275,16 +327,16 @@ def summary_after(
         "fleet_bin": fleet.mfu_bin(median),
         "updated_at": now,
     }
-    first_time = min(row["measured_at"] for row in fresh)
+    first_time = min(row[_MEASURED_AT] for row in fresh)
     if run.first_measured_at is None or first_time < run.first_measured_at:
         values["first_measured_at"] = first_time
-    top = max(fresh, key=lambda row: row["step"])
-    if run.latest_step is None or top["step"] > run.latest_step:
+    top = max(fresh, key=operator.itemgetter(_STEP))
+    if run.latest_step is None or top[_STEP] > run.latest_step:
         values.update(
-            latest_step=top["step"],
-            latest_measured_at=top["measured_at"],
-            latest_mfu=top["mfu"],
-            latest_tokens_per_second=top["tokens_per_second"],
+            latest_step=top[_STEP],
+            latest_measured_at=top[_MEASURED_AT],
+            latest_mfu=top[_MFU],
+            latest_tokens_per_second=top[_TOKENS_PER_SECOND],
         )
     return dataclasses.replace(run, **values)
 
@@ -300,8 +352,9 @@ class IngestJob:
     key_id: int
     tenant: str
     run_id: str
-    rows: list[dict[str, Any]]
-    #: The rows' driver parameters (store.measurement_parameters), built before the write lock.
+    #: Value tuples, store.MEASUREMENT_COLUMNS order (measurement_values).
+    values: list[tuple[Any, ...]]
+    #: Their driver parameters (store.measurement_parameters), built before the write lock.
     parameters: list[tuple[Any, ...]]
 
 
@@ -309,7 +362,7 @@ class IngestJob:
 class _RunInBatch:
     run: store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
-    fresh: list[dict[str, Any]] = field(default_factory=list)
+    fresh: list[tuple[Any, ...]] = field(default_factory=list)  # value tuples
     parameters: list[tuple[Any, ...]] = field(default_factory=list)  # of the fresh rows
 
 
@@ -340,13 +393,21 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         state = batch.get(run.pk)
         if state is None:
             state = batch[run.pk] = _RunInBatch(run)
-        steps = [row["step"] for row in job.rows]
+        steps = [row[_STEP] for row in job.values]
         low, high = min(steps), max(steps)
         stored: set[int] = set()
         if run.latest_step is not None and low <= run.latest_step:
             stored = store.existing_steps(
                 connection, run_pk=run.pk, first=low, last=min(high, run.latest_step)
             )
+        unique = set(steps)
+        if not stored and len(unique) == len(steps) and state.steps.isdisjoint(unique):
+            # The common case, decided with set operations: every row is new.
+            state.steps |= unique
+            state.fresh.extend(job.values)
+            state.parameters.extend(job.parameters)
+            outcomes.append(_Accepted(run.pk, len(steps), len(steps), []))
+            continue
         ignored: set[int] = set()
         taken: list[int] = []
         for index, step in enumerate(steps):
@@ -355,13 +416,9 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
                 continue
             state.steps.add(step)
             taken.append(index)
-        if len(taken) == len(job.rows):  # the common case: every row is new
-            state.fresh.extend(job.rows)
-            state.parameters.extend(job.parameters)
-        else:
-            state.fresh.extend(job.rows[index] for index in taken)
-            state.parameters.extend(job.parameters[index] for index in taken)
-        outcomes.append(_Accepted(run.pk, len(job.rows), len(taken), sorted(ignored)))
+        state.fresh.extend(job.values[index] for index in taken)
+        state.parameters.extend(job.parameters[index] for index in taken)
+        outcomes.append(_Accepted(run.pk, len(job.values), len(taken), sorted(ignored)))
 
     grown = {pk: state for pk, state in batch.items() if state.fresh}
     after = {pk: state.run for pk, state in batch.items()}
@@ -371,7 +428,7 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         )
         store.add_to_run_histograms(
             connection,
-            counts={pk: fleet.bin_counts(row["mfu"] for row in state.fresh) for pk, state in grown.items()},
+            counts={pk: fleet.bin_counts(row[_MFU] for row in state.fresh) for pk, state in grown.items()},
         )
         histograms = store.run_histograms(connection, run_pks=list(grown))
         now = now_utc()
@@ -381,6 +438,14 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         store.move_runs_in_histograms(
             connection,
             moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
+        )
+        _extend_series(
+            connection,
+            {
+                pk: state
+                for pk, state in grown.items()
+                if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
+            },
         )
 
     return [
@@ -395,6 +460,41 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         else outcome
         for outcome in outcomes
     ]
+
+
+def _extend_series(connection: Connection, grown: dict[int, _RunInBatch]) -> None:
+    """Keep the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit: built from
+    the run's measurements when it first outgrows it (or has none yet: a run from before they were
+    kept), then added to, and merged into wider buckets whenever the run's steps outgrow
+    fleet.SERIES_BUCKETS_MAX buckets (so the width is always the smallest that holds its steps)."""
+    if not grown:
+        return
+    extents = store.series_extents(connection, run_pks=list(grown))
+    additions: dict[int, tuple[int, list[fleet.SeriesBin]]] = {}
+    for pk, state in grown.items():
+        extent = extents.get(pk)
+        if extent is None:
+            first, last = store.step_range(connection, run_pk=pk)
+            store.rebuild_series(connection, run_pk=pk, width=fleet.series_width(first, last))
+            continue
+        width, low, high = extent
+        steps = [row[_STEP] for row in state.fresh]
+        wider = fleet.series_width(
+            min(low * width, min(steps)), max(high * width, max(steps)), at_least=width
+        )
+        fresh = fleet.series_bins(
+            ((row[_STEP], row[_MEASURED_AT], row[_MFU], row[_TOKENS_PER_SECOND]) for row in state.fresh),
+            width=wider,
+        )
+        if wider == width:
+            additions[pk] = (width, fresh)
+            continue
+        _, stored = store.run_series(connection, run_pk=pk)
+        merged = fleet.rebucket(
+            [*fleet.rebucket(stored, width=width, to_width=wider), *fresh], width=wider, to_width=wider
+        )
+        store.replace_series(connection, run_pk=pk, width=wider, bins=merged)
+    store.add_to_series(connection, additions=additions)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -430,7 +530,7 @@ class MeasurementIngest:
         self.writer: GroupCommitWriter[IngestJob, MeasurementsAdded] = GroupCommitWriter(
             engine,
             commit_batch,
-            weight=lambda job: len(job.rows),
+            weight=lambda job: len(job.values),
             max_batch_weight=max_batch_rows,
             name="measurement-ingest",
             on_batch=observe_ingest_batch,
@@ -469,9 +569,9 @@ class MeasurementIngest:
     def _job(
         self, principal: Principal, run_id: str, facts: _RunFacts, items: list[dict[str, Any]]
     ) -> IngestJob:
-        rows = measurement_rows(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
-        parameters = store.measurement_parameters(self._engine.dialect, rows)
-        return IngestJob(principal.key_id, principal.tenant, run_id, rows, parameters)
+        values = measurement_values(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
+        parameters = store.measurement_parameters(self._engine.dialect, values)
+        return IngestJob(principal.key_id, principal.tenant, run_id, values, parameters)
 
     async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
         async with self._admission or nullcontext():

@@ -73,9 +73,10 @@ IDEMPOTENCY_LEASE_SECONDS = 60.0
 IDEMPOTENCY_RETENTION = timedelta(hours=24)
 CREATE_RUN_OPERATION = "create_run"
 
-#: Runs with at most this many measurements are read whole for the efficiency trend; larger ones
-#: are grouped into SERIES_POINTS step ranges by the database.
-EXACT_SERIES_MAX = 2000
+#: Points of an efficiency series at most. Runs with at most fleet.EXACT_SERIES_MAX measurements are
+#: read whole; larger ones from their stored step buckets (fleet.SeriesBin, at most
+#: fleet.SERIES_BUCKETS_MAX), or, for a run whose buckets are not complete yet (it outgrew the exact
+#: series before they were kept), grouped into SERIES_POINTS step ranges by the database.
 SERIES_POINTS = 240
 MAX_REPORTED_ERRORS = 20
 TOKENS_METHOD = (
@@ -695,7 +696,7 @@ def _series(connection: Connection, run: store.RunRecord) -> list[fleet.SeriesPo
     if run.measurement_count == 0 or run.first_measured_at is None:
         return []
     origin = run.first_measured_at
-    if run.measurement_count <= EXACT_SERIES_MAX:
+    if run.measurement_count <= fleet.EXACT_SERIES_MAX:
         return [
             fleet.SeriesPoint(
                 hours=_hours(row.measured_at, origin),
@@ -705,6 +706,9 @@ def _series(connection: Connection, run: store.RunRecord) -> list[fleet.SeriesPo
             )
             for row in store.measurement_points(connection, run_pk=run.pk)
         ]
+    _, bins = store.run_series(connection, run_pk=run.pk)
+    if sum(item.count for item in bins) == run.measurement_count:
+        return fleet.series_points(bins, origin=origin)
     first_step, last_step = store.step_range(connection, run_pk=run.pk)
     return [
         fleet.SeriesPoint(
@@ -780,8 +784,8 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
             method=TREND_METHOD
             + (
                 ""
-                if run.measurement_count <= EXACT_SERIES_MAX
-                else f" (over {SERIES_POINTS} step ranges: each range's mean MFU at its time midpoint, "
+                if run.measurement_count <= fleet.EXACT_SERIES_MAX
+                else " (over step ranges of equal width: each range's mean MFU at its time midpoint, "
                 "weighted by its measurements)"
             ),
         ),
