@@ -261,9 +261,9 @@ def downsample(points: Sequence[SeriesPoint], max_points: int) -> list[SeriesPoi
 #: Runs with at most this many measurements have their series read whole (one point each); larger
 #: ones are read from their stored step buckets (:class:`SeriesBin`).
 EXACT_SERIES_MAX = 2000
-#: Step buckets a run's stored series holds at most: twice the 240 points an efficiency series
-#: shows, so each shown point merges whole buckets, and reading a series costs the same at any length.
-SERIES_BUCKETS_MAX = 480
+#: Step buckets a run's stored series holds at most: the 240 points an efficiency series shows (the
+#: width doubles when a run outgrows them, so a long run has 120-240), whatever the run's length.
+SERIES_BUCKETS_MAX = 240
 
 
 @dataclass(frozen=True, slots=True)

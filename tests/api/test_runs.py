@@ -924,7 +924,7 @@ def test_a_long_run_is_trended_from_its_stored_buckets_close_to_the_exact_trend(
 ) -> None:
     run = store_client.create_run()
     # The run outgrows the exact series in the second request (buckets built from its
-    # measurements, 8 steps wide), and the buckets widen to 32 steps in the third ...
+    # measurements, 16 steps wide), and the buckets widen to 64 steps in the third ...
     store_client.add(run["id"], _long_run_items(range(0, 1500)))
     store_client.add(run["id"], _long_run_items(range(1500, 3000)))
     store_client.add(run["id"], _long_run_items(range(3001, 9000)))
@@ -939,11 +939,11 @@ def test_a_long_run_is_trended_from_its_stored_buckets_close_to_the_exact_trend(
         width, stored = runs_store.run_series(uow.connection, run_pk=record.pk)
         rows = runs_store.measurement_points(uow.connection, run_pk=record.pk)
     # The stored buckets are exactly those of every measurement at the smallest width that holds them.
-    assert width == fleet.series_width(0, 8999) == 32
+    assert width == fleet.series_width(0, 8999) == 64
     expected = fleet.series_bins(
         ((row.step, row.measured_at, row.mfu, row.tokens_per_second) for row in rows), width=width
     )
-    assert len(stored) == len(expected) == 282
+    assert len(stored) == len(expected) == 141
     for got, want in zip(stored, expected, strict=True):
         # Sums in another order: equal to rounding.
         assert got.mfu_sum == pytest.approx(want.mfu_sum, rel=1e-12)

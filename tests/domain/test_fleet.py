@@ -189,11 +189,11 @@ def test_cost_per_billion_tokens_is_device_hours_times_price() -> None:
 # A long run's series in step buckets
 
 
-def test_the_series_width_is_the_smallest_power_of_two_that_holds_the_steps_in_480_buckets() -> None:
-    assert fleet.series_width(0, 479) == 1
-    assert fleet.series_width(0, 480) == 2
-    assert fleet.series_width(1_000_000, 1_000_479) == 1  # a run resumed at a high step
-    assert fleet.series_width(0, 19_999) == 64  # 20,000 / 64 = 313 buckets; 32 would take 625
+def test_the_series_width_is_the_smallest_power_of_two_that_holds_the_steps_in_240_buckets() -> None:
+    assert fleet.series_width(0, 239) == 1
+    assert fleet.series_width(0, 240) == 2
+    assert fleet.series_width(1_000_000, 1_000_239) == 1  # a run resumed at a high step
+    assert fleet.series_width(0, 19_999) == 128  # 20,000 / 128 = 157 buckets; 64 would take 313
     assert fleet.series_width(0, 10, at_least=8) == 8
     for first, last in ((0, 9_999), (17, 123_456), (5_000_000, 5_100_000)):
         width = fleet.series_width(first, last)
