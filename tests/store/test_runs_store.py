@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, event, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from service.api.schemas.runs import RunCreate
@@ -228,3 +228,51 @@ def test_keyset_pages_cover_every_run_once(engine: Engine) -> None:
             after = (page[-1].started_at, page[-1].pk)
     assert sorted(seen) == sorted(run.id for run in created)
     assert len(seen) == len(set(seen))
+
+
+def _listed_with_plan(engine: Engine, filters: store.RunFilters) -> tuple[list[store.RunRecord], list[str]]:
+    """A time-ordered page and, on SQLite, the plan of its query (EXPLAIN QUERY PLAN details)."""
+    statements: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM runs" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        with UnitOfWork(engine, write=False) as uow:
+            page = store.list_runs(
+                uow.connection, tenant="team-a", filters=filters, sort="started_at", descending=True, limit=50
+            )
+            plan: list[str] = []
+            if engine.dialect.name == "sqlite":
+                statement, parameters = statements[0]
+                rows = uow.connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+                plan = [row[-1] for row in rows]
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    return page, plan
+
+
+def test_a_finished_filter_beside_a_model_pages_through_the_model_index(engine: Engine) -> None:
+    # Most runs end finished: beside a model (or accelerator) the status must not steer SQLite's
+    # planner to the (tenant, status) index, which tests every finished run of the tenant.
+    wanted = {"finished": set(), "failed": set()}
+    for i in range(12):
+        status = ("finished", "failed", "running")[i % 3]
+        preset = "llama3-8b" if i % 2 else "llama3-70b"
+        run = _create(engine, model={"preset": preset}, scheduler_job_id=f"job-{i}")
+        with UnitOfWork(engine, write=True) as uow:
+            store.update_run(uow.connection, run_pk=run.pk, values={"status": status})
+            uow.commit()
+        if preset == "llama3-8b" and status in wanted:
+            wanted[status].add(run.id)
+    for status, indexed_by in (
+        ("finished", "ix_runs_tenant_model_name"),
+        ("failed", "ix_runs_tenant_status"),
+    ):
+        page, plan = _listed_with_plan(engine, store.RunFilters(model="llama3-8b", status=status))
+        assert {run.id for run in page} == wanted[status]
+        assert all(run.status == status and run.model_name == "llama3-8b" for run in page)
+        if engine.dialect.name == "sqlite":
+            assert any(indexed_by in detail for detail in plan), plan
