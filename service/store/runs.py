@@ -393,10 +393,8 @@ MEASURED_AT = MEASUREMENT_COLUMNS.index("measured_at")
 @dataclass(frozen=True, slots=True)
 class _DriverInsert:
     sql: str
-    # Positional drivers (SQLite): row dict → parameter tuple, where the time sits in it, and the
-    # columns in the order they are bound.
+    # Positional drivers (SQLite): row dict → parameter tuple, and the columns in the order bound.
     as_tuple: Callable[[dict[str, Any]], tuple[Any, ...]] | None
-    time_index: int
     column_order: tuple[str, ...] = ()
 
 
@@ -406,8 +404,8 @@ def _measurement_insert(dialect: Dialect) -> _DriverInsert:
     compiled = insert(measurements).compile(dialect=dialect, column_keys=list(MEASUREMENT_COLUMNS))
     if compiled.positional:
         order = tuple(compiled.positiontup or ())
-        return _DriverInsert(str(compiled), operator.itemgetter(*order), order.index("measured_at"), order)
-    return _DriverInsert(str(compiled), None, -1)
+        return _DriverInsert(str(compiled), operator.itemgetter(*order), order)
+    return _DriverInsert(str(compiled), None)
 
 
 def _sqlite_time(value: datetime) -> str:
@@ -665,8 +663,8 @@ def _upsert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...], cou
     )
     compiled = statement.compile(dialect=dialect, column_keys=[*keys, counter])
     if compiled.positional:
-        return _DriverInsert(str(compiled), operator.itemgetter(*(compiled.positiontup or ())), -1)
-    return _DriverInsert(str(compiled), None, -1)
+        return _DriverInsert(str(compiled), operator.itemgetter(*(compiled.positiontup or ())))
+    return _DriverInsert(str(compiled), None)
 
 
 def _upsert_add(
