@@ -31,6 +31,7 @@ import bisect
 import dataclasses
 import itertools
 import math
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -307,12 +308,31 @@ def _merged(a: SeriesBin, b: SeriesBin) -> SeriesBin:
 
 def series_bins(measurements: Iterable[tuple[int, datetime, float, float]], *, width: int) -> list[SeriesBin]:
     """Measurements as (step, time, MFU, tokens/s) summed into buckets of ``width`` steps, by bucket."""
-    bins: dict[int, SeriesBin] = {}
-    for step, time, mfu, rate in measurements:
-        one = SeriesBin(step // width, 1, mfu, mfu, mfu, rate, time, time, step)
-        have = bins.get(one.bucket)
-        bins[one.bucket] = one if have is None else _merged(have, one)
-    return [bins[bucket] for bucket in sorted(bins)]
+    # Sorted by step (already so, usually: linear), then each bucket is one slice summed by builtins:
+    # ingest buckets up to 10,000 measurements a request (a merge per measurement took ~35 ms).
+    rows = sorted(measurements, key=operator.itemgetter(0))
+    steps = [row[0] for row in rows]
+    bins: list[SeriesBin] = []
+    start = 0
+    while start < len(rows):
+        bucket = steps[start] // width
+        end = bisect.bisect_left(steps, (bucket + 1) * width, start)
+        _, times, mfus, rates = zip(*rows[start:end], strict=True)
+        bins.append(
+            SeriesBin(
+                bucket=bucket,
+                count=end - start,
+                mfu_sum=sum(mfus),
+                mfu_min=min(mfus),
+                mfu_max=max(mfus),
+                tokens_per_second_sum=sum(rates),
+                first_time=min(times),
+                last_time=max(times),
+                last_step=steps[end - 1],
+            )
+        )
+        start = end
+    return bins
 
 
 def rebucket(bins: Iterable[SeriesBin], *, width: int, to_width: int) -> list[SeriesBin]:

@@ -121,6 +121,27 @@ def global_tokens_per_second(
     raise InvalidInput("unknown throughput form.", field="throughput")
 
 
+def global_rate_scale(
+    throughput: Throughput, *, device_count: int, seq_len_tokens: int | None = None
+) -> tuple[float, bool]:
+    """Global tokens/s per unit of the throughput's value, and whether the rate is inversely
+    proportional to it: every form's rate is ``value × scale`` except a step time's, which is
+    ``scale / step_time_seconds`` (its batch fixed). The scale is :func:`global_tokens_per_second` of
+    a value of 1, so a rate made from it is that function's to the last bit; ingest normalises up to
+    10,000 measurements of one run a request with one scale per form and batch."""
+    if isinstance(throughput, StepTime):
+        unit: Throughput = StepTime(
+            1.0,
+            global_batch_tokens=throughput.global_batch_tokens,
+            global_batch_sequences=throughput.global_batch_sequences,
+        )
+        return global_tokens_per_second(unit, device_count=device_count, seq_len_tokens=seq_len_tokens), True
+    if isinstance(throughput, GlobalTokensPerSecond | TokensPerSecondPerDevice | SamplesPerSecond):
+        unit = type(throughput)(1.0)
+        return global_tokens_per_second(unit, device_count=device_count, seq_len_tokens=seq_len_tokens), False
+    raise InvalidInput("unknown throughput form.", field="throughput")
+
+
 # --------------------------------------------------------------------------------------------------
 # MFU
 

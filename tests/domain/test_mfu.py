@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from service.domain.mfu import (
     TokensPerSecondPerDevice,
     compute_mfu,
     compute_mfu_for_model,
+    global_rate_scale,
     global_tokens_per_second,
     mfu_band,
     mfu_from_achieved_tflops,
@@ -148,6 +151,33 @@ def test_throughput_forms_agree() -> None:
     ]
     values = {global_tokens_per_second(f, device_count=devices, seq_len_tokens=seq) for f in forms}
     assert values == {64 * 4096 * 10.0}
+
+
+def test_a_rate_from_the_scale_of_its_form_is_the_normalised_rate_to_the_last_bit() -> None:
+    # Ingest turns up to 10,000 throughputs a request into global tokens/s with one scale per form
+    # and batch: each must equal global_tokens_per_second of the same throughput exactly.
+    rng = random.Random(20261203)
+    for _ in range(2000):
+        devices, seq = rng.randint(1, 100_000), rng.randint(1, 1 << 20)
+        value = rng.uniform(1e-6, 1e9) * rng.choice([1.0, 1e-3, 1e3])
+        tokens, sequences = rng.randint(1, 10**12), rng.randint(1, 10**9)
+        for throughput in (
+            GlobalTokensPerSecond(value),
+            TokensPerSecondPerDevice(value),
+            SamplesPerSecond(value),
+            StepTime(value, global_batch_tokens=tokens),
+            StepTime(value, global_batch_sequences=sequences),
+        ):
+            scale, inverse = global_rate_scale(throughput, device_count=devices, seq_len_tokens=seq)
+            assert inverse == isinstance(throughput, StepTime)
+            rate = scale / value if inverse else value * scale
+            assert rate == global_tokens_per_second(throughput, device_count=devices, seq_len_tokens=seq)
+
+
+def test_a_scale_needs_what_the_form_needs() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        global_rate_scale(SamplesPerSecond(3.0), device_count=8)
+    assert raised.value.field == "seq_len_tokens"
 
 
 def test_fp8_runs_also_report_mfu_against_the_bf16_peak() -> None:

@@ -152,6 +152,8 @@ _STEP = store.MEASUREMENT_COLUMNS.index("step")
 _MEASURED_AT = store.MEASURED_AT
 _TOKENS_PER_SECOND = store.MEASUREMENT_COLUMNS.index("tokens_per_second")
 _MFU = store.MEASUREMENT_COLUMNS.index("mfu")
+#: A value tuple's (step, time, MFU, tokens/s): what fleet.series_bins sums.
+_SERIES_FIELDS = operator.itemgetter(_STEP, _MEASURED_AT, _MFU, _TOKENS_PER_SECOND)
 if store.MEASUREMENT_COLUMNS != (
     "run_pk",
     "step",
@@ -205,35 +207,45 @@ def measurement_values(
 
     # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
     # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
-    forms = [_domain_throughput(item["throughput"]) for item in items]
-    first = with_field_prefix("body[0]", lambda: full(forms[0][2]))
+    first = with_field_prefix("body[0]", lambda: full(_domain_throughput(items[0]["throughput"])[2]))
     mfu_per = first.mfu / first.tokens_per_second
     hfu_per = first.hfu / first.tokens_per_second
     tflops_per = first.achieved_tflops_per_device / first.tokens_per_second
     per_device = first.tokens_per_second_per_device / first.tokens_per_second
     lowest = mfu.MIN_PLAUSIBLE_MFU
+    # Each item's global tokens/s from the domain's scale of its form (and batch): one per distinct
+    # (form, batch) in the request, then a multiply or a divide per item (mfu.global_rate_scale).
+    scales: dict[tuple[str, int | None, int | None], tuple[float, bool]] = {}
     values: list[tuple[Any, ...]] = []
     run_pk = run.pk
-    global_rate = mfu.global_tokens_per_second
     for index, item in enumerate(items):
-        form, value, domain_throughput = forms[index]
-        try:
-            rate = global_rate(domain_throughput, device_count=device_count, seq_len_tokens=seq_len)
-        except DomainError as exc:
-            exc.field = f"body[{index}].{exc.field or 'throughput'}"
-            raise
+        throughput = item["throughput"]
+        if len(throughput) == 1:  # a rate form, alone (as validated)
+            ((form, value),) = throughput.items()
+            batch_tokens = batch_sequences = None
+        else:
+            form, value, _ = _domain_throughput(throughput)
+            batch_tokens = throughput.get("global_batch_tokens")
+            batch_sequences = throughput.get("global_batch_sequences")
+        scale_key = (form, batch_tokens, batch_sequences)
+        scaled = scales.get(scale_key)
+        if scaled is None:
+            try:
+                scaled = mfu.global_rate_scale(
+                    _domain_throughput(throughput)[2], device_count=device_count, seq_len_tokens=seq_len
+                )
+            except DomainError as exc:
+                exc.field = f"body[{index}].{exc.field or 'throughput'}"
+                raise
+            scales[scale_key] = scaled
+        scale, inverse = scaled
+        rate = scale / value if inverse else value * scale
         value_mfu = rate * mfu_per
         value_hfu = rate * hfu_per
         if not (lowest <= value_mfu <= 1.0 and value_hfu <= 1.0):
             # Outside what the domain accepts: it explains why (likely causes, corrected values).
-            with_field_prefix(f"body[{index}]", partial(full, domain_throughput))
+            with_field_prefix(f"body[{index}]", partial(full, _domain_throughput(throughput)[2]))
         get = item.get
-        if form == "step_time_seconds":
-            throughput = item["throughput"]
-            batch_tokens = throughput.get("global_batch_tokens")
-            batch_sequences = throughput.get("global_batch_sequences")
-        else:
-            batch_tokens = batch_sequences = None
         values.append(
             (
                 run_pk,
@@ -482,10 +494,7 @@ def _extend_series(connection: Connection, grown: dict[int, _RunInBatch]) -> Non
         wider = fleet.series_width(
             min(low * width, min(steps)), max(high * width, max(steps)), at_least=width
         )
-        fresh = fleet.series_bins(
-            ((row[_STEP], row[_MEASURED_AT], row[_MFU], row[_TOKENS_PER_SECOND]) for row in state.fresh),
-            width=wider,
-        )
+        fresh = fleet.series_bins(map(_SERIES_FIELDS, state.fresh), width=wider)
         if wider == width:
             additions[pk] = (width, fresh)
             continue
