@@ -276,3 +276,57 @@ def test_a_finished_filter_beside_a_model_pages_through_the_model_index(engine: 
         assert all(run.status == status and run.model_name == "llama3-8b" for run in page)
         if engine.dialect.name == "sqlite":
             assert any(indexed_by in detail for detail in plan), plan
+
+
+def test_measurement_times_bind_on_sqlite_as_sqlalchemy_writes_them() -> None:
+    # Ingest formats up to 10,000 times a request in bulk (store._sqlite_times); each must be the text
+    # SQLAlchemy's own UtcDateTime binding writes, or rows written by the two paths would not compare.
+    import random
+
+    from pydantic import AwareDatetime, TypeAdapter
+    from sqlalchemy.dialects import sqlite
+
+    dialect = sqlite.dialect()
+    bind = measurements.c.measured_at.type.dialect_impl(dialect).bind_processor(dialect)
+    assert bind is not None
+    rng = random.Random(3)
+    zones = [UTC, timezone(timedelta(hours=2)), timezone(-timedelta(hours=5, minutes=30))]
+    times = [datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)]
+    times += [datetime(999, 12, 31, 23, 0, tzinfo=timezone(-timedelta(hours=1)))]
+    for _ in range(3000):
+        moment = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(
+            seconds=rng.randint(0, 10**9), microseconds=rng.choice([0, rng.randint(0, 999_999)])
+        )
+        times.append(moment.astimezone(rng.choice(zones)))
+    # As ingest has them: parsed by pydantic, with its own tzinfo.
+    times += TypeAdapter(list[AwareDatetime]).validate_python(
+        ["2026-12-02T12:00:00Z", "2026-12-02T12:00:00.5+00:00", "2026-12-02T23:30:00.000001-01:00"]
+    )
+    assert store._sqlite_times(times) == [bind(moment) for moment in times]
+    with pytest.raises(ValueError, match="naive"):
+        store._sqlite_times([datetime(2026, 12, 2)])
+
+
+def test_measurement_values_come_back_from_their_parameters() -> None:
+    # Ingest's helper process sends the driver parameters only; the server makes the values back.
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    moments = [
+        datetime(2026, 12, 2, 10, tzinfo=UTC),
+        datetime(2026, 12, 2, 12, 30, 1, 5, tzinfo=timezone(timedelta(hours=2))),
+        datetime(1, 1, 1, tzinfo=UTC),
+    ]
+    values = [
+        (7, step, moment, "tokens_per_second", 4.7e5, None, None, 4.7e5, 7.3e3, 0.41, 0.5, 300.1, 2.3, None)
+        + (None,) * 4
+        for step, moment in enumerate(moments)
+    ]
+    assert len(values[0]) == len(store.MEASUREMENT_COLUMNS)
+    for dialect in (sqlite.dialect(), postgresql.dialect()):
+        parameters = store.measurement_parameters(dialect, values)
+        back = store.measurement_values_from_parameters(dialect, parameters)
+        assert back == values  # times equal as instants
+        assert (
+            all(row[store.MEASURED_AT].utcoffset() == timedelta(0) for row in back)
+            or dialect.name == "postgresql"
+        )
