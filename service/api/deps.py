@@ -61,10 +61,12 @@ def measurement_ingest(request: Request) -> MeasurementIngest:
         from service.api.services.ingest import MeasurementIngest  # it imports this module
 
         cache: PrincipalCache = state.principal_cache
+        settings: Settings = state.settings
         ingest = state.measurement_ingest = MeasurementIngest(
             state.engine,
             admission=getattr(state, "database_admission", None),
             on_revoked_key=cache.forget,
+            helper_process=settings.ingest_helper_process,
         )
     return ingest
 

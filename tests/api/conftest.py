@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,12 +98,19 @@ def measurement(step: int, tokens_per_second: float = 1.0e6, **extra: Any) -> di
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreClient]:
     """The app on a fresh migrated database of each kind, with keys for two tenants."""
-    url = f"sqlite:///{tmp_path / 'teff.db'}" if request.param == "sqlite" else create_postgres_database()
+    with open_store_client(request.param, tmp_path) as store:
+        yield store
+
+
+@contextmanager
+def open_store_client(kind: str, tmp_path: Path, **settings: Any) -> Iterator[StoreClient]:
+    """:func:`store_client` on a database of ``kind`` with settings overridden."""
+    url = f"sqlite:///{tmp_path / 'teff.db'}" if kind == "sqlite" else create_postgres_database()
     engine = None
     try:
         migrate.upgrade(url)
         engine = build_engine(url, pool_size=5)
-        app = create_app(make_settings(url, max_measurements_per_request=10_000))
+        app = create_app(make_settings(url, **{"max_measurements_per_request": 10_000, **settings}))
         with TestClient(app, raise_server_exceptions=False) as client:
             store = StoreClient(client=client, engine=engine, database_url=url)
             store.writer = store.headers("team-a", "read,write")
@@ -112,5 +120,5 @@ def store_client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     finally:
         if engine is not None:
             engine.dispose()
-        if request.param == "postgresql":
+        if kind == "postgresql":
             drop_postgres_database(url)

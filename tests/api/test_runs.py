@@ -7,7 +7,7 @@ import gc
 import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -1195,3 +1195,17 @@ def test_a_revoked_key_reads_nothing_more_on_any_read_endpoint(store_client: Sto
 def test_an_admin_key_may_write(store_client: StoreClient) -> None:
     admin = store_client.headers("team-a", "admin")
     assert store_client.client.post("/v1/runs", json=run_body(), headers=admin).status_code == 201
+
+
+def test_the_summary_answered_by_an_ingest_reads_times_in_utc_as_the_stored_one(
+    store_client: StoreClient,
+) -> None:
+    run = store_client.create_run()
+    item = measurement(7)
+    item["time"] = (
+        (T0 + timedelta(seconds=7)).astimezone(timezone(-timedelta(hours=7, minutes=30))).isoformat()
+    )
+    answered = store_client.add(run["id"], [item])["summary"]
+    stored = store_client.client.get(f"/v1/runs/{run['id']}", headers=store_client.reader).json()["summary"]
+    assert answered["first_measured_at"] == answered["latest_measured_at"] == "2026-12-02T10:00:07Z"
+    assert {key: stored[key] for key in answered} == answered

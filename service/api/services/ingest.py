@@ -13,8 +13,10 @@ The path of one request (``MeasurementIngest.add``):
    Inside that transaction the key is checked again (a key revoked since it was cached writes nothing:
    401) and the run is locked and read again (deleted meanwhile: 404).
 
-Small bodies are handled on the event loop; large ones (``INLINE_BODY_BYTES``) are parsed and computed
-in the threadpool so that a 10,000-item request never stalls the loop.
+Small bodies are handled on the event loop; larger ones (``INLINE_BODY_BYTES``) are parsed and computed
+in the threadpool so that a 10,000-item request never stalls the loop, and the largest
+(``HELPER_BODY_BYTES``) in the app's helper process when it has one, so that they use a second core
+(see ``MeasurementIngest``; the rows come back as driver parameters and are committed here).
 
 Repeated steps: a (run, step) is stored once and the first write wins, across requests and within one;
 a repeat is listed in ``ignored_steps``. Requests committed in one batch behave as if run one after the
@@ -23,19 +25,27 @@ other in arrival order; each answer's summary is the run's as committed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
+import logging
+import multiprocessing
 import operator
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache, partial
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Connection, Engine
+from sqlalchemy.dialects import registry as dialect_registry
+from sqlalchemy.engine import Dialect
 from starlette.concurrency import run_in_threadpool
 
 from service.api.problems import NOT_FOUND, VALIDATION_ERROR, ProblemError, invalid_api_key
@@ -45,18 +55,23 @@ from service.api.schemas.runs import MeasurementItem, MeasurementsAdded
 from service.api.services.runs import not_found, now_utc, run_summary
 from service.domain import fleet, hardware, mfu
 from service.domain.errors import DomainError
-from service.observability import observe_ingest_batch
+from service.observability import INGEST_LARGE_BODIES, observe_ingest_batch
 from service.store import keys as key_store
 from service.store import runs as store
 from service.store.group_commit import GroupCommitWriter
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
 
+logger = logging.getLogger(__name__)
+
 MAX_REPORTED_ERRORS = 20
 Result = TypeVar("Result")
 #: Bodies above this are parsed and computed in the threadpool rather than on the event loop
 #: (~1 ms of work at 100 items).
 INLINE_BODY_BYTES = 32 * 1024
+#: Bodies above this (~2,000 items) are parsed and computed in the app's helper process, when it has
+#: one (see MeasurementIngest).
+HELPER_BODY_BYTES = 256 * 1024
 #: Rows per group-commit transaction at most (a batch always takes at least one whole request).
 #: Batching pays off for small requests (a transaction's fixed cost shared); a large request gains
 #: nothing from company, and merging four 10,000-row requests made their parsing and their writing
@@ -318,6 +333,44 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------------
+# In the helper process
+
+
+@lru_cache(maxsize=4)
+def _dialect(name: str) -> Dialect:
+    dialect: Dialect = dialect_registry.load(name)()
+    return dialect
+
+
+def prepare_parameters(
+    run: store.RunRecord,
+    accelerator: hardware.Accelerator,
+    body: bytes,
+    *,
+    max_items: int,
+    dialect_name: str,
+    now: datetime,
+) -> list[tuple[Any, ...]] | None:
+    """The driver parameters the server would compute for a body, computed in the helper process
+    (the server makes the value tuples back from them: store.measurement_values_from_parameters).
+    None for a body that fails: the server then does the work itself and raises the error as usual
+    (the exceptions do not survive pickling, and a bad body is the rare case)."""
+    with cyclic_gc_paused():
+        try:
+            items = parse_measurements(body, max_items=max_items)
+            values = measurement_values(run, items, now=now, accelerator=accelerator)
+        except (ProblemError, DomainError):
+            return None
+        del items
+        return store.measurement_parameters(_dialect(dialect_name), values)
+
+
+def _helper_warmed_up() -> bool:
+    """Run once in a new helper: by then it has imported this module (and the service with it)."""
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
 # The run summary after new measurements
 
 
@@ -341,12 +394,12 @@ def summary_after(
     }
     first_time = min(row[_MEASURED_AT] for row in fresh)
     if run.first_measured_at is None or first_time < run.first_measured_at:
-        values["first_measured_at"] = first_time
+        values["first_measured_at"] = first_time.astimezone(UTC)  # as the stored summary reads
     top = max(fresh, key=operator.itemgetter(_STEP))
     if run.latest_step is None or top[_STEP] > run.latest_step:
         values.update(
             latest_step=top[_STEP],
-            latest_measured_at=top[_MEASURED_AT],
+            latest_measured_at=top[_MEASURED_AT].astimezone(UTC),
             latest_mfu=top[_MFU],
             latest_tokens_per_second=top[_TOKENS_PER_SECOND],
         )
@@ -531,8 +584,16 @@ class MeasurementIngest:
         admission: AbstractAsyncContextManager[Any] | None = None,
         on_revoked_key: Callable[[int], None] = lambda _key_id: None,
         max_batch_rows: int = MAX_BATCH_ROWS,
+        helper_process: bool = True,
     ) -> None:
         self._engine = engine
+        # The helper process (started on the first large body; used once it has started, meanwhile
+        # the work is done here), on a machine with more than one core.
+        self._helper_wanted = helper_process and len(os.sched_getaffinity(0)) > 1
+        self._helper: ProcessPoolExecutor | None = None
+        self._helper_ready = False
+        self._helper_lock = threading.Lock()
+        self._dialect_name = f"{engine.dialect.name}.{engine.dialect.driver}"
         self._admission = admission
         self._on_revoked_key = on_revoked_key
         self._runs: dict[tuple[str, str], _RunFacts] = {}
@@ -548,11 +609,20 @@ class MeasurementIngest:
 
     def close(self) -> None:
         self.writer.close()
+        with self._helper_lock:
+            helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.shutdown(wait=True, cancel_futures=True)
 
     async def add(
         self, *, principal: Principal, run_id: str, body: bytes, max_items: int
     ) -> MeasurementsAdded:
         tenant = principal.tenant
+        if len(body) > HELPER_BODY_BYTES:
+            job = await self._job_in_helper(principal, run_id, body, max_items)
+            INGEST_LARGE_BODIES.labels("server" if job is None else "helper").inc()
+            if job is not None:
+                return await self._submit(principal, run_id, job)
         inline = len(body) <= INLINE_BODY_BYTES
         if inline:
             items = parse_measurements(body, max_items=max_items)
@@ -566,14 +636,79 @@ class MeasurementIngest:
         else:
             job = await run_in_threadpool(_gc_paused, self._job, principal, run_id, facts, items)
         del items
+        return await self._submit(principal, run_id, job)
+
+    async def _submit(self, principal: Principal, run_id: str, job: IngestJob) -> MeasurementsAdded:
         try:
             return await self.writer.submit(job)
         except ProblemError as exc:
             if exc.kind.status == 401:
                 self._on_revoked_key(principal.key_id)
             elif exc.kind is NOT_FOUND:
-                self._runs.pop((tenant, run_id), None)
+                self._runs.pop((principal.tenant, run_id), None)
             raise
+
+    async def _job_in_helper(
+        self, principal: Principal, run_id: str, body: bytes, max_items: int
+    ) -> IngestJob | None:
+        """The job computed in the helper process; None when there is no helper ready, the run is
+        unknown (the caller answers: a bad body before an unknown run, as always) or the body fails."""
+        helper = self._ready_helper()
+        if helper is None:
+            return None
+        facts = self._runs.get((principal.tenant, run_id))
+        if facts is None:
+            try:
+                facts = await self._read_run(principal.tenant, run_id)
+            except ProblemError:
+                return None
+        try:
+            parameters = await asyncio.wrap_future(
+                helper.submit(
+                    prepare_parameters,
+                    facts.run,
+                    facts.accelerator,
+                    body,
+                    max_items=max_items,
+                    dialect_name=self._dialect_name,
+                    now=now_utc(),
+                )
+            )
+        except BrokenProcessPool:
+            logger.warning("the ingest helper process died; parsing in the server process until it restarts")
+            with self._helper_lock:
+                if self._helper is helper:
+                    self._helper, self._helper_ready = None, False
+            helper.shutdown(wait=False, cancel_futures=True)
+            return None
+        if parameters is None:
+            return None
+        values = await run_in_threadpool(
+            _gc_paused, store.measurement_values_from_parameters, self._engine.dialect, parameters
+        )
+        return IngestJob(principal.key_id, principal.tenant, run_id, values, parameters)
+
+    @property
+    def helper_ready(self) -> bool:
+        """Whether large bodies go to the helper process now (it has started)."""
+        return self._helper is not None and self._helper_ready
+
+    def _ready_helper(self) -> ProcessPoolExecutor | None:
+        if not self._helper_wanted:
+            return None
+        with self._helper_lock:
+            if self._helper is None:
+                # spawn: forking a process that holds threads and database connections is not safe.
+                helper = self._helper = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                )
+                helper.submit(_helper_warmed_up).add_done_callback(partial(self._helper_started, helper))
+            return self._helper if self._helper_ready else None
+
+    def _helper_started(self, helper: ProcessPoolExecutor, warm_up: Future[bool]) -> None:
+        with self._helper_lock:
+            if self._helper is helper and not warm_up.cancelled() and warm_up.exception() is None:
+                self._helper_ready = True
 
     def _job(
         self, principal: Principal, run_id: str, facts: _RunFacts, items: list[dict[str, Any]]
