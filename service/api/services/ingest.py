@@ -365,6 +365,14 @@ def prepare_parameters(
         return store.measurement_parameters(_dialect(dialect_name), values)
 
 
+def _usable_cores() -> int:
+    """Cores this process may run on (its affinity where the platform tells it, as in a container
+    limited to some cores)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _helper_warmed_up() -> bool:
     """Run once in a new helper: by then it has imported this module (and the service with it)."""
     return True
@@ -589,7 +597,7 @@ class MeasurementIngest:
         self._engine = engine
         # The helper process (started on the first large body; used once it has started, meanwhile
         # the work is done here), on a machine with more than one core.
-        self._helper_wanted = helper_process and len(os.sched_getaffinity(0)) > 1
+        self._helper_wanted = helper_process and _usable_cores() > 1
         self._helper: ProcessPoolExecutor | None = None
         self._helper_ready = False
         self._helper_lock = threading.Lock()
