@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import threading
 import time
 from collections import OrderedDict
@@ -54,6 +53,7 @@ from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import get_engine, require_scope
+from service.api.helper_processes import helper_pool
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
 from service.api.schemas.common import HardwareRef, ModelRef
 from service.api.schemas.performance import (
@@ -446,8 +446,7 @@ def _fit_in_helper_process(
     global _fit_pool
     with _fit_pool_lock:
         if _fit_pool is None:
-            # spawn: forking a process that holds threads and database connections is not safe.
-            _fit_pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            _fit_pool = helper_pool()
         pool = _fit_pool
     try:
         return pool.submit(fit_stored_runs, observations, scope=scope, accelerator_id=accelerator_id).result()

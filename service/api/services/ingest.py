@@ -29,7 +29,6 @@ import asyncio
 import dataclasses
 import gc
 import logging
-import multiprocessing
 import operator
 import os
 import threading
@@ -48,6 +47,7 @@ from sqlalchemy.dialects import registry as dialect_registry
 from sqlalchemy.engine import Dialect
 from starlette.concurrency import run_in_threadpool
 
+from service.api.helper_processes import helper_pool
 from service.api.problems import NOT_FOUND, VALIDATION_ERROR, ProblemError, invalid_api_key
 from service.api.resolve import resolve_accelerator, with_field_prefix
 from service.api.schemas.common import HardwareRef
@@ -706,10 +706,7 @@ class MeasurementIngest:
             return None
         with self._helper_lock:
             if self._helper is None:
-                # spawn: forking a process that holds threads and database connections is not safe.
-                helper = self._helper = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
-                )
+                helper = self._helper = helper_pool()
                 helper.submit(_helper_warmed_up).add_done_callback(partial(self._helper_started, helper))
             return self._helper if self._helper_ready else None
 
