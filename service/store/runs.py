@@ -459,6 +459,17 @@ def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) 
     return [(*row[:at], text, *row[at + 1 :]) for row, text in zip(values, times, strict=True)]
 
 
+@lru_cache(maxsize=2)
+def dialect_named(name: str) -> Dialect:
+    """The dialect of a database kind (``sqlite`` or ``postgresql``): enough for
+    :func:`measurement_parameters` in a process without an engine (ingest's helper)."""
+    if name == "sqlite":
+        return _SQLITE_DIALECT
+    if name == "postgresql":
+        return postgresql.dialect()
+    raise ValueError(f"no measurement parameters for a {name} database")
+
+
 def measurement_values_from_parameters(
     dialect: Dialect, parameters: Sequence[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
@@ -504,7 +515,6 @@ def insert_measurements(
         )
 
 
-#: 500 rows × 18 columns = 9,000 bound values, under SQLite's limit of 32,766 per statement.
 def _sqlite_multirow_insert(row_count: int) -> str:
     return _multirow(_measurement_insert(_SQLITE_DIALECT).sql, row_count)
 

@@ -43,8 +43,6 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Connection, Engine
-from sqlalchemy.dialects import registry as dialect_registry
-from sqlalchemy.engine import Dialect
 from starlette.concurrency import run_in_threadpool
 
 from service.api.helper_processes import helper_pool
@@ -129,24 +127,35 @@ def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
     return parsed
 
 
-def _domain_throughput(throughput: dict[str, Any]) -> tuple[str, float, mfu.Throughput]:
-    """The form sent, its value and the domain's throughput (validated: exactly one form)."""
-    value = throughput.get("tokens_per_second")
-    if value is not None:
-        return "tokens_per_second", value, mfu.GlobalTokensPerSecond(value)
-    value = throughput.get("tokens_per_second_per_device")
-    if value is not None:
-        return "tokens_per_second_per_device", value, mfu.TokensPerSecondPerDevice(value)
-    value = throughput.get("sequences_per_second")
-    if value is not None:
-        return "sequences_per_second", value, mfu.SamplesPerSecond(value)
-    value = throughput["step_time_seconds"]
-    step_time = mfu.StepTime(
-        value,
-        global_batch_tokens=throughput.get("global_batch_tokens"),
-        global_batch_sequences=throughput.get("global_batch_sequences"),
-    )
-    return "step_time_seconds", value, step_time
+#: The rate forms, in the order a throughput is read (validated: exactly one form is given).
+_RATE_FORMS: dict[
+    str, type[mfu.GlobalTokensPerSecond | mfu.TokensPerSecondPerDevice | mfu.SamplesPerSecond]
+] = {
+    "tokens_per_second": mfu.GlobalTokensPerSecond,
+    "tokens_per_second_per_device": mfu.TokensPerSecondPerDevice,
+    "sequences_per_second": mfu.SamplesPerSecond,
+}
+
+
+def _sent_form(throughput: dict[str, Any]) -> tuple[str, float]:
+    """The form sent and its value."""
+    for form in _RATE_FORMS:
+        value = throughput.get(form)
+        if value is not None:
+            return form, value
+    return "step_time_seconds", throughput["step_time_seconds"]
+
+
+def _domain_throughput(throughput: dict[str, Any]) -> mfu.Throughput:
+    """The domain's throughput for the one sent."""
+    form, value = _sent_form(throughput)
+    if form == "step_time_seconds":
+        return mfu.StepTime(
+            value,
+            global_batch_tokens=throughput.get("global_batch_tokens"),
+            global_batch_sequences=throughput.get("global_batch_sequences"),
+        )
+    return _RATE_FORMS[form](value)
 
 
 def run_accelerator(run: store.RunRecord) -> hardware.Accelerator:
@@ -222,7 +231,7 @@ def measurement_values(
 
     # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
     # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
-    first = with_field_prefix("body[0]", lambda: full(_domain_throughput(items[0]["throughput"])[2]))
+    first = with_field_prefix("body[0]", lambda: full(_domain_throughput(items[0]["throughput"])))
     mfu_per = first.mfu / first.tokens_per_second
     hfu_per = first.hfu / first.tokens_per_second
     tflops_per = first.achieved_tflops_per_device / first.tokens_per_second
@@ -239,7 +248,7 @@ def measurement_values(
             ((form, value),) = throughput.items()
             batch_tokens = batch_sequences = None
         else:
-            form, value, _ = _domain_throughput(throughput)
+            form, value = _sent_form(throughput)
             batch_tokens = throughput.get("global_batch_tokens")
             batch_sequences = throughput.get("global_batch_sequences")
         scale_key = (form, batch_tokens, batch_sequences)
@@ -247,7 +256,7 @@ def measurement_values(
         if scaled is None:
             try:
                 scaled = mfu.global_rate_scale(
-                    _domain_throughput(throughput)[2], device_count=device_count, seq_len_tokens=seq_len
+                    _domain_throughput(throughput), device_count=device_count, seq_len_tokens=seq_len
                 )
             except DomainError as exc:
                 exc.field = f"body[{index}].{exc.field or 'throughput'}"
@@ -259,7 +268,7 @@ def measurement_values(
         value_hfu = rate * hfu_per
         if not (lowest <= value_mfu <= 1.0 and value_hfu <= 1.0):
             # Outside what the domain accepts: it explains why (likely causes, corrected values).
-            with_field_prefix(f"body[{index}]", partial(full, _domain_throughput(throughput)[2]))
+            with_field_prefix(f"body[{index}]", partial(full, _domain_throughput(throughput)))
         get = item.get
         values.append(
             (
@@ -336,12 +345,6 @@ def cyclic_gc_paused() -> Iterator[None]:
 # In the helper process
 
 
-@lru_cache(maxsize=4)
-def _dialect(name: str) -> Dialect:
-    dialect: Dialect = dialect_registry.load(name)()
-    return dialect
-
-
 def prepare_parameters(
     run: store.RunRecord,
     accelerator: hardware.Accelerator,
@@ -362,7 +365,7 @@ def prepare_parameters(
         except (ProblemError, DomainError):
             return None
         del items
-        return store.measurement_parameters(_dialect(dialect_name), values)
+        return store.measurement_parameters(store.dialect_named(dialect_name), values)
 
 
 def _usable_cores() -> int:
@@ -601,7 +604,6 @@ class MeasurementIngest:
         self._helper: ProcessPoolExecutor | None = None
         self._helper_ready = False
         self._helper_lock = threading.Lock()
-        self._dialect_name = f"{engine.dialect.name}.{engine.dialect.driver}"
         self._admission = admission
         self._on_revoked_key = on_revoked_key
         self._runs: dict[tuple[str, str], _RunFacts] = {}
@@ -678,7 +680,7 @@ class MeasurementIngest:
                     facts.accelerator,
                     body,
                     max_items=max_items,
-                    dialect_name=self._dialect_name,
+                    dialect_name=self._engine.dialect.name,
                     now=now_utc(),
                 )
             )
