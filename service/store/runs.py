@@ -128,17 +128,18 @@ _RUN_FIELDS = tuple(name for name in RunRecord.__dataclass_fields__ if name != "
 #: The columns of a RunRecord, in its field order: every query that builds records selects exactly
 #: these, so a row is the record's arguments as they stand (no lookup by name per field; that was
 #: most of an ingest batch's time in ``getattr``).
-_RUN_COLUMNS = tuple(runs.c[name] for name in _RUN_FIELDS)
+RUN_COLUMNS = tuple(runs.c[name] for name in _RUN_FIELDS)
 _MEDIAN_AT = _RUN_FIELDS.index("median_mfu")
 _new_record: Callable[..., RunRecord] = RunRecord  # positional: mypy cannot see the row's arity
 
 
-def _select_runs() -> Select[Any]:
-    return select(*_RUN_COLUMNS)
+def select_runs() -> Select[Any]:
+    """The columns of a RunRecord (:data:`RUN_COLUMNS`), to be filtered."""
+    return select(*RUN_COLUMNS)
 
 
-def _record(row: Row[Any], tags: Sequence[str] = ()) -> RunRecord:
-    """A record from a row of :func:`_select_runs`."""
+def record_from_row(row: Sequence[Any], tags: Sequence[str] = ()) -> RunRecord:
+    """A record from a row of :func:`select_runs`."""
     median = row[_MEDIAN_AT]
     if median is not None and median < 0:  # NO_MFU: the column's "none yet" that sorts last
         values = list(row)
@@ -184,7 +185,7 @@ def find_run_by_job(
     ).scalar_one_or_none()
 
 
-_RUN_BY_ID = _select_runs().where(runs.c.id == bindparam("run_id"), runs.c.tenant == bindparam("tenant"))
+_RUN_BY_ID = select_runs().where(runs.c.id == bindparam("run_id"), runs.c.tenant == bindparam("tenant"))
 _RUN_BY_ID_FOR_UPDATE = _RUN_BY_ID.with_for_update()
 
 
@@ -200,35 +201,16 @@ def get_run(
     row = connection.execute(query, {"run_id": run_id, "tenant": tenant}).first()
     if row is None:
         return None
-    return _record(row, tags_of(connection, [row.pk]).get(row.pk, ()) if with_tags else ())
+    return record_from_row(row, tags_of(connection, [row.pk]).get(row.pk, ()) if with_tags else ())
 
 
 def get_runs(connection: Connection, *, tenant: str, run_ids: Sequence[str]) -> dict[str, RunRecord]:
     """The tenant's runs among ``run_ids``, by id (missing ids are absent)."""
     rows = connection.execute(
-        _select_runs().where(runs.c.tenant == tenant, runs.c.id.in_(list(run_ids)))
+        select_runs().where(runs.c.tenant == tenant, runs.c.id.in_(list(run_ids)))
     ).all()
     tags = tags_of(connection, [row.pk for row in rows])
-    return {row.id: _record(row, tags.get(row.pk, ())) for row in rows}
-
-
-# Built once: constructing a statement and its cache key costs more than running it on a hot path.
-_LOCK_RUNS = (
-    _select_runs()
-    .where(runs.c.id.in_(bindparam("ids", expanding=True)))
-    .order_by(runs.c.pk)
-    .with_for_update()
-)
-
-
-def lock_runs(connection: Connection, *, run_ids: Iterable[str]) -> dict[str, RunRecord]:
-    """The runs with these ids (any tenant: the caller checks), locked until the transaction ends,
-    in primary-key order so that two writers locking overlapping sets never deadlock (PostgreSQL;
-    SQLite writers already hold the database lock). Tags are not read."""
-    ids = sorted(set(run_ids))
-    if not ids:
-        return {}
-    return {row.id: _record(row) for row in connection.execute(_LOCK_RUNS, {"ids": ids})}
+    return {row.id: record_from_row(row, tags.get(row.pk, ())) for row in rows}
 
 
 _TAGS_OF = (
@@ -309,7 +291,7 @@ def list_runs(
     shift the rows it has yet to see: the position is a value, not an offset.
     """
     column = runs.c.started_at if sort == "started_at" else runs.c.median_mfu
-    query: Select[Any] = _select_runs().where(
+    query: Select[Any] = select_runs().where(
         runs.c.tenant == tenant, *_conditions(tenant, filters, ordered_by_mfu=sort == "median_mfu")
     )
     if after is not None:
@@ -322,7 +304,7 @@ def list_runs(
         query = query.order_by(column.asc(), runs.c.pk.asc())
     rows = connection.execute(query.limit(limit)).all()
     tags = tags_of(connection, [row.pk for row in rows])
-    return [_record(row, tags.get(row.pk, ())) for row in rows]
+    return [record_from_row(row, tags.get(row.pk, ())) for row in rows]
 
 
 def _bind_like(column: Any, value: Any) -> ColumnElement[Any]:
@@ -576,7 +558,7 @@ def run_histograms(connection: Connection, *, run_pks: Sequence[int]) -> dict[in
     return found
 
 
-_SUMMARY_COLUMNS = (
+SUMMARY_COLUMNS = (
     "measurement_count",
     "median_mfu",
     "fleet_bin",
@@ -590,7 +572,7 @@ _SUMMARY_COLUMNS = (
 _UPDATE_SUMMARY = (
     update(runs)
     .where(runs.c.pk == bindparam("b_pk"))
-    .values({name: bindparam(f"b_{name}") for name in _SUMMARY_COLUMNS})
+    .values({name: bindparam(f"b_{name}") for name in SUMMARY_COLUMNS})
 )
 
 
@@ -606,24 +588,24 @@ def update_summaries(connection: Connection, *, summaries: Sequence[RunRecord]) 
         values: list[Any] = []
         for run in ordered:
             values.append(run.pk)
-            for name in _SUMMARY_COLUMNS:
+            for name in SUMMARY_COLUMNS:
                 value = getattr(run, name)
                 values.append(_sqlite_time(value) if isinstance(value, datetime) else value)
         connection.exec_driver_sql(_sqlite_update_summaries(len(ordered)), tuple(values))
         return
     rows = [
-        {"b_pk": run.pk, **{f"b_{name}": getattr(run, name) for name in _SUMMARY_COLUMNS}} for run in ordered
+        {"b_pk": run.pk, **{f"b_{name}": getattr(run, name) for name in SUMMARY_COLUMNS}} for run in ordered
     ]
     connection.execute(_UPDATE_SUMMARY, rows)
 
 
 @lru_cache(maxsize=64)
 def _sqlite_update_summaries(row_count: int) -> str:
-    group = "(" + ", ".join(["?"] * (1 + len(_SUMMARY_COLUMNS))) + ")"
-    assignments = ", ".join(f"{name} = v.{name}" for name in _SUMMARY_COLUMNS)
+    group = "(" + ", ".join(["?"] * (1 + len(SUMMARY_COLUMNS))) + ")"
+    assignments = ", ".join(f"{name} = v.{name}" for name in SUMMARY_COLUMNS)
     # Only constants go into the text (column names of this module, "?" placeholders); values are bound.
     return (
-        f"WITH v(pk, {', '.join(_SUMMARY_COLUMNS)}) AS (VALUES {', '.join([group] * row_count)}) "  # nosec B608
+        f"WITH v(pk, {', '.join(SUMMARY_COLUMNS)}) AS (VALUES {', '.join([group] * row_count)}) "  # nosec B608
         f"UPDATE runs SET {assignments} FROM v WHERE runs.pk = v.pk"
     )
 
@@ -643,6 +625,28 @@ def move_runs_in_histograms(
     changes are summed per histogram row first (two runs crossing in opposite directions cancel out),
     then applied tenant rows first, then fleet rows, each in key order: one lock order for every
     transaction, so two ingests never deadlock."""
+    tenant_rows, fleet_rows = histogram_moves(moves)
+    _upsert_add(
+        connection,
+        tenant_mfu_bins,
+        tenant_rows,
+        keys=("tenant", "accelerator", "size_class", "mfu_bin"),
+        counter="n_runs",
+    )
+    _upsert_add(
+        connection,
+        fleet_mfu_bins,
+        fleet_rows,
+        keys=("accelerator", "size_class", "mfu_bin"),
+        counter="n_runs",
+    )
+
+
+def histogram_moves(
+    moves: Iterable[tuple[RunRecord, int | None, int | None]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The tenant and fleet histogram rows (in key order, the lock order) whose ``n_runs`` change, with
+    the change, for runs' medians moving between bins (see move_runs_in_histograms)."""
     tenant_deltas: dict[tuple[str, str, str, int], int] = {}
     fleet_deltas: dict[tuple[str, str, int], int] = {}
     for run, old_bin, new_bin in moves:
@@ -656,28 +660,17 @@ def move_runs_in_histograms(
             if run.in_fleet:
                 fleet_key = (run.accelerator, run.size_class, b)
                 fleet_deltas[fleet_key] = fleet_deltas.get(fleet_key, 0) + delta
-    _upsert_add(
-        connection,
-        tenant_mfu_bins,
-        [
-            {"tenant": t, "accelerator": a, "size_class": c, "mfu_bin": b, "n_runs": d}
-            for (t, a, c, b), d in sorted(tenant_deltas.items())
-            if d
-        ],
-        keys=("tenant", "accelerator", "size_class", "mfu_bin"),
-        counter="n_runs",
-    )
-    _upsert_add(
-        connection,
-        fleet_mfu_bins,
-        [
-            {"accelerator": a, "size_class": c, "mfu_bin": b, "n_runs": d}
-            for (a, c, b), d in sorted(fleet_deltas.items())
-            if d
-        ],
-        keys=("accelerator", "size_class", "mfu_bin"),
-        counter="n_runs",
-    )
+    tenant_rows = [
+        {"tenant": t, "accelerator": a, "size_class": c, "mfu_bin": b, "n_runs": d}
+        for (t, a, c, b), d in sorted(tenant_deltas.items())
+        if d
+    ]
+    fleet_rows = [
+        {"accelerator": a, "size_class": c, "mfu_bin": b, "n_runs": d}
+        for (a, c, b), d in sorted(fleet_deltas.items())
+        if d
+    ]
+    return tenant_rows, fleet_rows
 
 
 _SQLITE_ROWS_PER_UPSERT = 1000
@@ -830,19 +823,6 @@ _SERIES_VALUES = (
     "last_measured_at",
     "last_step",
 )
-
-
-def series_extents(connection: Connection, *, run_pks: Sequence[int]) -> dict[int, tuple[int, int, int]]:
-    """Per run that has stored buckets: (width in steps, lowest bucket, highest bucket)."""
-    if not run_pks:
-        return {}
-    t = run_series_bins
-    query = (
-        select(t.c.run_pk, func.max(t.c.width_steps), func.min(t.c.bucket), func.max(t.c.bucket))
-        .where(t.c.run_pk.in_(list(run_pks)))
-        .group_by(t.c.run_pk)
-    )
-    return {int(pk): (int(width), int(low), int(high)) for pk, width, low, high in connection.execute(query)}
 
 
 def run_series(connection: Connection, *, run_pk: int) -> tuple[int, list[SeriesBin]]:

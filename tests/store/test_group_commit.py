@@ -18,6 +18,8 @@ import pytest
 from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from service.store import migrate
+from service.store.engine import build_engine
 from service.store.group_commit import GroupCommitWriter, WriterClosed
 from service.store.tables import api_keys
 from service.store.uow import UnitOfWork
@@ -154,6 +156,28 @@ def test_an_operational_error_fails_the_whole_batch_without_retrying(engine: Eng
     assert all(isinstance(answer, OperationalError) for answer in answers)
     assert sum(calls) == 3  # no second attempt job by job
     assert _stored(engine) == set()  # rolled back
+
+
+def test_a_connection_lost_while_idle_is_replaced_and_the_batch_still_commits(postgres_url: str) -> None:
+    """PostgreSQL: the writer holds its connection between batches (no pre-ping; SQLite checks one
+    out per batch). One that dies meanwhile (a restart, an idle timeout; here its backend is
+    terminated) fails the next batch's first statement, and the batch runs again on a new one."""
+    migrate.upgrade(postgres_url)
+    engine = build_engine(postgres_url, pool_size=2)
+    writer: GroupCommitWriter[str, str] = GroupCommitWriter(engine, _insert_prefixes)
+    try:
+        assert asyncio.run(_submit_all(writer, ["l1"])) == ["L1"]
+        held = writer._thread_connection
+        assert held is not None
+        backend_pid = held.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+        with engine.connect() as admin:
+            admin.exec_driver_sql(f"SELECT pg_terminate_backend({int(backend_pid)})")
+        assert asyncio.run(_submit_all(writer, ["l2", "l3"])) == ["L2", "L3"]
+        assert writer._thread_connection is not held
+        assert _stored(engine) == {"l1", "l2", "l3"}
+    finally:
+        writer.close()
+        engine.dispose()
 
 
 def test_batches_stop_at_the_weight_limit_but_always_take_one_job(engine: Engine) -> None:

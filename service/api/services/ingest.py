@@ -54,7 +54,7 @@ from service.api.services.runs import not_found, now_utc, run_summary
 from service.domain import fleet, hardware, mfu
 from service.domain.errors import DomainError
 from service.observability import INGEST_LARGE_BODIES, observe_ingest_batch
-from service.store import keys as key_store
+from service.store import ingest as ingest_store
 from service.store import runs as store
 from service.store.group_commit import GroupCommitWriter
 from service.store.keys import Principal
@@ -453,16 +453,26 @@ class _Accepted:
 def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]:
     """Store a batch of requests in the caller's write transaction; one outcome per job: its
     ``MeasurementsAdded``, or a ``ProblemError`` (revoked key: 401; run gone or another tenant's: 404)
-    for a job that stored nothing. Jobs are applied in order, so the first write of a step wins."""
-    active = key_store.active_key_ids(connection, [job.key_id for job in jobs])
-    locked = store.lock_runs(connection, run_ids=[job.run_id for job in jobs if job.key_id in active])
+    for a job that stored nothing. Jobs are applied in order, so the first write of a step wins.
+    The reads and the writes are one call each (``service.store.ingest``: a round trip each on
+    PostgreSQL); only repeated steps and a run's step buckets changing width read in between."""
+    rows_per_run: dict[str, int] = {}
+    for job in jobs:
+        rows_per_run[job.run_id] = rows_per_run.get(job.run_id, 0) + len(job.values)
+    locks = ingest_store.lock_for_ingest(
+        connection,
+        key_ids=[job.key_id for job in jobs],
+        run_ids=list(rows_per_run),
+        # A run can outgrow the exact series in this batch only if it has more than this already.
+        series_above=fleet.EXACT_SERIES_MAX - max(rows_per_run.values(), default=0),
+    )
     batch: dict[int, _RunInBatch] = {}
     outcomes: list[Any] = []
     for job in jobs:
-        if job.key_id not in active:
+        if job.key_id not in locks.active_key_ids:
             outcomes.append(invalid_api_key())
             continue
-        run = locked.get(job.run_id)
+        run = locks.runs.get(job.run_id)
         if run is None or run.tenant != job.tenant:
             outcomes.append(not_found(job.run_id))
             continue
@@ -499,29 +509,26 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
     grown = {pk: state for pk, state in batch.items() if state.fresh}
     after = {pk: state.run for pk, state in batch.items()}
     if grown:
-        store.insert_measurements(
-            connection, parameters=[values for state in grown.values() for values in state.parameters]
-        )
-        store.add_to_run_histograms(
-            connection,
-            counts={pk: fleet.bin_counts(row[_MFU] for row in state.fresh) for pk, state in grown.items()},
-        )
-        histograms = store.run_histograms(connection, run_pks=list(grown))
+        counts = {pk: fleet.bin_counts(row[_MFU] for row in state.fresh) for pk, state in grown.items()}
         now = now_utc()
         for pk, state in grown.items():
-            after[pk] = summary_after(state.run, state.fresh, histograms.get(pk, {}), now=now)
-        store.update_summaries(connection, summaries=[after[pk] for pk in grown])
-        store.move_runs_in_histograms(
+            # The run is locked: its histogram as read plus this batch's counts is what the upsert leaves.
+            histogram = dict(locks.histograms.get(pk, {}))
+            for mfu_bin, count in counts[pk].items():
+                histogram[mfu_bin] = histogram.get(mfu_bin, 0) + count
+            after[pk] = summary_after(state.run, state.fresh, histogram, now=now)
+        long_runs = {
+            pk: state for pk, state in grown.items() if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
+        }
+        ingest_store.write_ingest(
             connection,
-            moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
-        )
-        _extend_series(
-            connection,
-            {
-                pk: state
-                for pk, state in grown.items()
-                if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
-            },
+            ingest_store.IngestWrites(
+                measurements=[values for state in grown.values() for values in state.parameters],
+                histogram_counts=counts,
+                summaries=[after[pk] for pk in grown],
+                moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
+                **_series_writes(connection, long_runs, locks.series_extents),
+            ),
         )
 
     return [
@@ -538,23 +545,29 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
     ]
 
 
-def _extend_series(connection: Connection, grown: dict[int, _RunInBatch]) -> None:
-    """Keep the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit: built from
-    the run's measurements when it first outgrows it (or has none yet: a run from before they were
+def _series_writes(
+    connection: Connection, long_runs: dict[int, _RunInBatch], extents: dict[int, tuple[int, int, int]]
+) -> dict[str, Any]:
+    """How the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit change: built
+    from the run's measurements when it first outgrows it (or has none yet: a run from before they were
     kept), then added to, and merged into wider buckets whenever the run's steps outgrow
-    fleet.SERIES_BUCKETS_MAX buckets (so the width is always the smallest that holds its steps)."""
-    if not grown:
-        return
-    extents = store.series_extents(connection, run_pks=list(grown))
+    fleet.SERIES_BUCKETS_MAX buckets (so the width is always the smallest that holds its steps).
+    ``extents``: (width, lowest, highest bucket) of those that have buckets. Reads only in the rare
+    cases (a first build, a wider width); the writes are ``IngestWrites``' series fields."""
+    rebuilds: dict[int, int] = {}
+    replacements: dict[int, tuple[int, list[fleet.SeriesBin]]] = {}
     additions: dict[int, tuple[int, list[fleet.SeriesBin]]] = {}
-    for pk, state in grown.items():
+    for pk, state in long_runs.items():
+        steps = [row[_STEP] for row in state.fresh]
         extent = extents.get(pk)
         if extent is None:
-            first, last = store.step_range(connection, run_pk=pk)
-            store.rebuild_series(connection, run_pk=pk, width=fleet.series_width(first, last))
+            first, last = min(steps), max(steps)
+            if state.run.measurement_count:  # its stored steps count too (the rebuild reads them all)
+                stored_first, stored_last = store.step_range(connection, run_pk=pk)
+                first, last = min(first, stored_first), max(last, stored_last)
+            rebuilds[pk] = fleet.series_width(first, last)
             continue
         width, low, high = extent
-        steps = [row[_STEP] for row in state.fresh]
         wider = fleet.series_width(
             min(low * width, min(steps)), max(high * width, max(steps)), at_least=width
         )
@@ -562,12 +575,16 @@ def _extend_series(connection: Connection, grown: dict[int, _RunInBatch]) -> Non
         if wider == width:
             additions[pk] = (width, fresh)
             continue
-        _, stored = store.run_series(connection, run_pk=pk)
-        merged = fleet.rebucket(
-            [*fleet.rebucket(stored, width=width, to_width=wider), *fresh], width=wider, to_width=wider
+        _, stored_bins = store.run_series(connection, run_pk=pk)
+        replacements[pk] = (
+            wider,
+            fleet.rebucket(
+                [*fleet.rebucket(stored_bins, width=width, to_width=wider), *fresh],
+                width=wider,
+                to_width=wider,
+            ),
         )
-        store.replace_series(connection, run_pk=pk, width=wider, bins=merged)
-    store.add_to_series(connection, additions=additions)
+    return {"series_rebuilds": rebuilds, "series_replacements": replacements, "series_additions": additions}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,356 @@
+"""The measurement-ingest transaction's statements, in as few round trips as the database allows.
+
+A batch of measurement requests (``service.api.services.ingest.commit_batch``) reads under lock
+(:func:`lock_for_ingest`: which keys are still active, the runs locked, their MFU histograms and step
+buckets), decides in Python what to store, then writes (:func:`write_ingest`: the measurements, the
+runs' histograms and summaries, the tenant and fleet histograms, the step buckets).
+
+Why two calls rather than a statement at a time: on PostgreSQL each statement is a network round trip
+that the writer thread waits for, and each wait releases the GIL, which the thread then has to take
+back from the event loop: under load that cost ~0.5-1 ms a wait, where the database itself answers in
+~0.2 ms (a separate process probing it meanwhile). A batch used to make about a dozen waits (the
+pool's pre-ping, BEGIN, the key check, the lock, the insert, the histogram upsert and read-back, the
+summaries, the fleet and tenant moves, COMMIT): 5.8 ms a batch of ~8 one-measurement requests at 16
+connections, the writer busy all the time and half the machine idle (2-core Xeon, 1,400 requests/s).
+
+Here each call is one query text on PostgreSQL, its statements sent at once (psycopg's client-side
+binding; pipeline mode was tried and waits once a statement and again for its sync). Parameters go as
+JSON, since psycopg adapts list parameters element by element in Python. The histogram is no longer
+read back after the upsert: the run is locked, so the histogram read with the lock plus the batch's
+counts is what the upsert leaves. With BEGIN and COMMIT (and the writer's connection held, no
+pre-ping: service.store.group_commit), a batch waits four times.
+
+SQLite runs the same statements one after the other: they are calls into the library, not round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import psycopg
+from sqlalchemy import ARRAY, Connection, Integer, Select, Table, any_, bindparam, func, select
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+
+from service.domain.fleet import SeriesBin
+from service.store import runs as run_store
+from service.store.tables import (
+    api_keys,
+    fleet_mfu_bins,
+    measurements,
+    run_mfu_bins,
+    run_series_bins,
+    runs,
+    tenant_mfu_bins,
+)
+from service.store.types import UtcDateTime
+
+# --------------------------------------------------------------------------------------------------
+# Reads, under lock
+
+
+@dataclass(frozen=True, slots=True)
+class LockedForIngest:
+    """What a batch reads before it writes; the runs stay locked until its transaction ends."""
+
+    #: Of the keys asked about, those that exist and are not revoked.
+    active_key_ids: frozenset[int]
+    #: The runs asked about that exist (any tenant: the caller checks), by id; tags not read.
+    runs: dict[str, run_store.RunRecord]
+    #: Their MFU histograms by run pk ({bin: n}, empty bins left out).
+    histograms: dict[int, dict[int, int]]
+    #: (width in steps, lowest bucket, highest bucket) of the stored step buckets of those with more
+    #: than ``series_above`` measurements that have any.
+    series_extents: dict[int, tuple[int, int, int]]
+
+
+def _id_in(column: Any, name: str, dialect_name: str) -> Any:
+    """``column IN (ids)``: an array parameter on PostgreSQL (one statement text, compiled once,
+    whatever the count), an expanding list on SQLite."""
+    if dialect_name == "postgresql":
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    return column.in_(bindparam(name, expanding=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _LockQueries:
+    active_keys: Select[Any]
+    lock_runs: Select[Any]
+    histograms: Select[Any]
+    series_extents: Select[Any]
+
+
+@lru_cache(maxsize=2)
+def _lock_queries(dialect_name: str) -> _LockQueries:
+    """Built once per dialect (constructing a statement costs more than running it here)."""
+    of_runs = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
+    h, s = run_mfu_bins, run_series_bins
+    return _LockQueries(
+        active_keys=select(api_keys.c.id).where(
+            _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
+        ),
+        # Primary-key order: two writers locking overlapping sets never deadlock.
+        lock_runs=run_store.select_runs()
+        .where(_id_in(runs.c.id, "run_ids", dialect_name))
+        .order_by(runs.c.pk)
+        .with_for_update(),
+        histograms=select(h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
+            h.c.run_pk.in_(of_runs.scalar_subquery())
+        ),
+        series_extents=select(
+            s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket)
+        )
+        .where(
+            s.c.run_pk.in_(
+                of_runs.where(
+                    runs.c.measurement_count > bindparam("series_above", type_=Integer)
+                ).scalar_subquery()
+            )
+        )
+        .group_by(s.c.run_pk),
+    )
+
+
+def lock_for_ingest(
+    connection: Connection, *, key_ids: Sequence[int], run_ids: Sequence[str], series_above: int
+) -> LockedForIngest:
+    """Check the keys, lock the runs (primary-key order) and read their histograms and, for those with
+    more than ``series_above`` measurements, their step-bucket extents: one round trip on PostgreSQL
+    (BEGIN included), in a write transaction the caller holds."""
+    parameters = {
+        "key_ids": sorted(set(key_ids)),
+        "run_ids": sorted(set(run_ids)),
+        "series_above": series_above,
+    }
+    queries = _lock_queries(connection.dialect.name)
+    statements = (queries.active_keys, queries.lock_runs, queries.histograms, queries.series_extents)
+    results: list[Sequence[Sequence[Any]]]
+    if connection.dialect.name == "postgresql":
+        results = _rows_in_one_round_trip(connection, statements, parameters)
+        results[1] = [_utc_times(row) for row in results[1]]
+    else:
+        results = [connection.execute(statement, parameters).all() for statement in statements]
+    key_rows, run_rows, histogram_rows, extent_rows = results
+    histograms: dict[int, dict[int, int]] = {}
+    for run_pk, mfu_bin, count in histogram_rows:
+        if count > 0:
+            histograms.setdefault(run_pk, {})[mfu_bin] = count
+    return LockedForIngest(
+        active_key_ids=frozenset(row[0] for row in key_rows),
+        runs={record.id: record for record in map(run_store.record_from_row, run_rows)},
+        histograms=histograms,
+        series_extents={int(pk): (int(width), int(low), int(high)) for pk, width, low, high in extent_rows},
+    )
+
+
+@lru_cache(maxsize=16)
+def _driver_sql(statement: Any, dialect: Dialect) -> str:
+    """A statement's text in the driver's parameter style (compiled once)."""
+    return str(statement.compile(dialect=dialect))
+
+
+def _rows_in_one_round_trip(
+    connection: Connection, statements: Sequence[Any], parameters: Mapping[str, Any]
+) -> list[Sequence[Sequence[Any]]]:
+    """PostgreSQL: run ``statements`` at the driver as one query text (client-side binding, the only
+    way psycopg sends several statements at once) and return each one's rows as the driver reads
+    them. One wait for the server, where pipeline mode waits once a statement and once more for its
+    sync: each wait releases the GIL, and taking it back under load cost ~0.45 ms (a 4-statement
+    pipeline spent 1.8 ms queueing, 0.7 ms in its sync, at 16 connections)."""
+    driver: Any = connection.connection.driver_connection
+    text = "; ".join(_driver_sql(statement, connection.dialect) for statement in statements)
+    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
+        cursor.execute(text, parameters)
+        results: list[Sequence[Sequence[Any]]] = [cursor.fetchall()]
+        while cursor.nextset():
+            results.append(cursor.fetchall())
+    if len(results) != len(statements):
+        raise RuntimeError(f"{len(results)} results for {len(statements)} statements")
+    return results
+
+
+#: Where the run rows hold times: SQLAlchemy's UtcDateTime reads them as UTC; the driver reads them in
+#: the session's time zone.
+_RUN_TIME_COLUMNS = tuple(
+    index for index, column in enumerate(run_store.RUN_COLUMNS) if isinstance(column.type, UtcDateTime)
+)
+
+
+def _utc_times(row: Sequence[Any]) -> tuple[Any, ...]:
+    values = list(row)
+    read = UtcDateTime().process_result_value
+    for index in _RUN_TIME_COLUMNS:
+        values[index] = read(values[index], None)  # type: ignore[arg-type]  # the dialect is unused
+    return tuple(values)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writes
+
+
+@dataclass(frozen=True, slots=True)
+class IngestWrites:
+    """What a batch writes, in the order it is written."""
+
+    #: New measurements as driver parameters (``runs.measurement_parameters``).
+    measurements: Sequence[tuple[Any, ...]] = ()
+    #: Counts to add per run pk and MFU bin.
+    histogram_counts: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
+    #: Runs as their summary columns should now read.
+    summaries: Sequence[run_store.RunRecord] = ()
+    #: Runs' medians moving between fleet bins: (run, old bin, new bin).
+    moves: Sequence[tuple[run_store.RunRecord, int | None, int | None]] = ()
+    #: Runs whose step buckets are built from their stored measurements (these included): pk → width.
+    series_rebuilds: Mapping[int, int] = field(default_factory=dict)
+    #: Runs whose stored step buckets are replaced: pk → (width, buckets).
+    series_replacements: Mapping[int, tuple[int, Sequence[SeriesBin]]] = field(default_factory=dict)
+    #: Buckets added to the stored ones, at their width: pk → (width, buckets).
+    series_additions: Mapping[int, tuple[int, Sequence[SeriesBin]]] = field(default_factory=dict)
+
+
+#: Up to this many measurements go in the write statement on PostgreSQL (as JSON); more go by COPY
+#: first (faster for many rows).
+PIPELINED_INSERT_ROWS = 1000
+
+
+def write_ingest(connection: Connection, writes: IngestWrites) -> None:
+    """Write a batch in the caller's transaction (the runs locked by :func:`lock_for_ingest`).
+    PostgreSQL: one round trip for a batch of up to ``PIPELINED_INSERT_ROWS`` measurements (one
+    statement for the run-local tables, the tenant and fleet histogram changes after it, in their lock
+    order). SQLite: the store's statements in turn."""
+    if connection.dialect.name != "postgresql":
+        run_store.insert_measurements(connection, parameters=writes.measurements)
+        run_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
+        run_store.update_summaries(connection, summaries=writes.summaries)
+        run_store.move_runs_in_histograms(connection, moves=writes.moves)
+        _write_series(connection, writes)
+        return
+    many = len(writes.measurements) > PIPELINED_INSERT_ROWS
+    if many:
+        run_store.insert_measurements(connection, parameters=writes.measurements)
+    texts = [_pg_run_writes_sql()]
+    parameters: list[Any] = [*_pg_run_writes_parameters(writes, () if many else writes.measurements)]
+    # The tenant rows before the fleet rows, each in key order: the lock order of every transaction.
+    for table, rows in zip(
+        (tenant_mfu_bins, fleet_mfu_bins), run_store.histogram_moves(writes.moves), strict=True
+    ):
+        if rows:
+            texts.append(_pg_add_counts_sql(table, "n_runs"))
+            names = [column.name for column in table.columns]
+            parameters.append(orjson.dumps([[row[name] for name in names] for row in rows]).decode())
+    text = "; ".join(texts)
+    driver: Any = connection.connection.driver_connection
+    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
+        cursor.execute(text, parameters)
+    _write_series(connection, writes)
+
+
+def _write_series(connection: Connection, writes: IngestWrites) -> None:
+    for run_pk, width in sorted(writes.series_rebuilds.items()):
+        run_store.rebuild_series(connection, run_pk=run_pk, width=width)
+    for run_pk, (width, bins) in sorted(writes.series_replacements.items()):
+        run_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
+    run_store.add_to_series(connection, additions=writes.series_additions)
+
+
+_PG = postgresql.dialect()
+_RUN_BIN_COLUMNS = ("run_pk", "mfu_bin", "n_measurements")
+_SUMMARY_UPDATE_COLUMNS = ("pk", *run_store.SUMMARY_COLUMNS)
+
+
+def _pg_rows(table: Table, names: Sequence[str]) -> str:
+    """``SELECT`` of the rows given as one JSON parameter, an array of arrays (column values in
+    ``names`` order), each value cast to its column's type. Why JSON: psycopg adapts a list parameter
+    element by element in Python (~10 µs an array: most of a small batch's write), orjson writes the
+    whole batch in C, and its number and time texts read back exactly (shortest round-trip floats,
+    RFC 3339 times to the microsecond)."""
+    values = ", ".join(
+        f"(r->>{index})::{table.c[name].type.compile(dialect=_PG)}" for index, name in enumerate(names)
+    )
+    return f"SELECT {values} FROM json_array_elements(%s::json) AS r"
+
+
+@lru_cache(maxsize=1)
+def _pg_run_writes_sql() -> str:
+    """One statement for what a batch writes to its locked runs' own rows: the measurements, the
+    runs' MFU histograms (counts added) and their summaries, each table's rows as one JSON parameter
+    (:func:`_pg_rows`). The three touch different tables (the order of data-modifying CTEs is the
+    database's to choose)."""
+    columns = run_store.MEASUREMENT_COLUMNS
+    summary = run_store.SUMMARY_COLUMNS
+    # Only constants go into the text (the tables' own column names and types); values are bound.
+    return (
+        f"WITH new_measurements AS (INSERT INTO measurements ({', '.join(columns)}) "  # nosec B608
+        f"{_pg_rows(measurements, columns)}), "
+        f"run_bins AS (INSERT INTO run_mfu_bins ({', '.join(_RUN_BIN_COLUMNS)}) "
+        f"{_pg_rows(run_mfu_bins, _RUN_BIN_COLUMNS)} "
+        "ON CONFLICT (run_pk, mfu_bin) DO UPDATE "
+        "SET n_measurements = run_mfu_bins.n_measurements + excluded.n_measurements) "
+        f"UPDATE runs SET {', '.join(f'{name} = v.{name}' for name in summary)} "
+        f"FROM ({_pg_rows(runs, _SUMMARY_UPDATE_COLUMNS)}) AS v({', '.join(_SUMMARY_UPDATE_COLUMNS)}) "
+        "WHERE runs.pk = v.pk"
+    )
+
+
+def _pg_run_writes_parameters(
+    writes: IngestWrites, measurement_values: Sequence[tuple[Any, ...]]
+) -> tuple[str, str, str]:
+    """The JSON parameters of :func:`_pg_run_writes_sql`. The values are validated finite (JSON has
+    no NaN; orjson would write null)."""
+    bins = [
+        (run_pk, mfu_bin, count)
+        for run_pk in sorted(writes.histogram_counts)
+        for mfu_bin, count in sorted(writes.histogram_counts[run_pk].items())
+    ]
+    summaries = [
+        tuple(getattr(run, name) for name in _SUMMARY_UPDATE_COLUMNS)
+        for run in sorted(writes.summaries, key=lambda run: run.pk)
+    ]
+    return (
+        orjson.dumps(measurement_values).decode(),
+        orjson.dumps(bins).decode(),
+        orjson.dumps(summaries).decode(),
+    )
+
+
+@lru_cache(maxsize=4)
+def _pg_add_counts_sql(table: Table, counter: str) -> str:
+    """INSERT the rows of one JSON parameter (:func:`_pg_rows`; the table's columns in order), adding
+    ``counter`` to the existing row's where the key is taken."""
+    names = [column.name for column in table.columns]
+    keys = ", ".join(column.name for column in table.primary_key.columns)
+    # Only constants go into the text (the table's own names and types); values are bound.
+    return (
+        f"INSERT INTO {table.name} ({', '.join(names)}) {_pg_rows(table, names)} "  # nosec B608
+        f"ON CONFLICT ({keys}) DO UPDATE SET {counter} = {table.name}.{counter} + excluded.{counter}"
+    )
+
+
+class _driver_errors:
+    """Driver errors of statements run at the driver, raised as SQLAlchemy raises the same failure
+    elsewhere (IntegrityError, OperationalError, ...), so callers see one exception tree."""
+
+    def __init__(self, connection: Connection, statement: Any) -> None:
+        self._connection = connection
+        self._statement = statement
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        dialect = self._connection.dialect
+        driver_error = dialect.loaded_dbapi.Error
+        if exc is None or not isinstance(exc, driver_error):
+            return
+        # A lost connection is dropped from the pool, as SQLAlchemy does for its own statements.
+        lost = dialect.is_disconnect(exc, self._connection.connection.dbapi_connection, None)
+        if lost:
+            self._connection.invalidate(exc)
+        raise DBAPIError.instance(
+            str(self._statement), None, exc, driver_error, connection_invalidated=lost
+        ) from exc
