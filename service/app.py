@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         finally:
             ingest = getattr(app.state, "measurement_ingest", None)
             if ingest is not None:  # commit what is queued before the engine goes
-                ingest.close()
+                await ingest.aclose()
                 app.state.measurement_ingest = None
             if own_engine:
                 app.state.engine.dispose()

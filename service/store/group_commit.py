@@ -341,3 +341,150 @@ class GroupCommitWriter(Generic[Job, Result]):
 def _fails_every_job(exc: Exception) -> bool:
     """Errors of the database rather than of a job: retrying job by job would only repeat them."""
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
+class AsyncGroupCommitWriter(Generic[Job, Result]):
+    """PostgreSQL: batches committed on the event loop itself, over one asyncio psycopg connection.
+
+    Why: the writer thread waits for the database about four times a batch, and each wait releases
+    the GIL, which the thread then has to win back from the event loop: ~1 ms a wait under load, where
+    the database answers in ~0.2 ms. On the loop a wait is an ``await``: the loop serves requests
+    meanwhile and nothing is handed between threads.
+
+    Batches form as in the thread: while one is in the database, the jobs submitted meanwhile queue,
+    and the next batch takes them all (up to ``max_batch_weight``). The connection is in autocommit
+    mode: ``process(connection, jobs)`` begins the transaction itself with its first query text (so
+    BEGIN costs no wait of its own) and may commit it with its last; the writer commits whatever it
+    left open. Anything it raises (``fallback`` work it does not
+    do, such as reads the batch turns out to need; a constraint; a lost connection) rolls the
+    transaction back, and the batch goes to ``fallback``, the thread's writer, which has every path
+    and the job-by-job retry. A connection that fails is replaced for the next batch.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        process: Callable[[Any, Sequence[Job]], Any],
+        *,
+        fallback: GroupCommitWriter[Job, Result],
+        weight: Callable[[Job], int] = lambda _job: 1,
+        max_batch_weight: int = 50_000,
+        name: str = "group-commit-async",
+        on_batch: Callable[[int, float], None] | None = None,
+        routine: tuple[type[Exception], ...] = (),
+        connect_timeout_seconds: int = 5,
+    ) -> None:
+        """``routine``: what ``process`` raises for a batch that is the thread's by design (logged
+        quietly; anything else is logged as a warning, with its traceback)."""
+        self._conninfo = conninfo
+        self._routine = routine
+        self._process = process
+        self._fallback = fallback
+        self._weight = weight
+        self._max_batch_weight = max_batch_weight
+        self._name = name
+        self._on_batch = on_batch
+        self._connect_timeout_seconds = connect_timeout_seconds
+        self._waiting: list[_Pending[Job]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._connection: Any = None
+        self._closed = False
+        self.batches = 0  # committed here
+        self.jobs = 0
+        self.handed_over = 0  # batches given to the thread
+
+    async def submit(self, job: Job) -> Result:
+        """Queue ``job``; return its result once its batch has committed (or raise its error)."""
+        if self._closed:
+            raise WriterClosed(f"{self._name} writer is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._waiting.append(_Pending(job, self._weight(job), loop, future))
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        result: Result = await future
+        return result
+
+    async def _run(self) -> None:
+        try:
+            while self._waiting:
+                batch: list[_Pending[Job]] = []
+                total = 0
+                while self._waiting and (
+                    not batch or total + self._waiting[0].weight <= self._max_batch_weight
+                ):
+                    pending = self._waiting.pop(0)
+                    batch.append(pending)
+                    total += pending.weight
+                await self._commit(batch)
+        finally:
+            self._task = None
+
+    async def _commit(self, batch: list[_Pending[Job]]) -> None:
+        started = time.perf_counter()
+        try:
+            connection = await self._connected()
+            try:
+                outcomes = await self._process(connection, [pending.job for pending in batch])
+                if len(outcomes) != len(batch):
+                    raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(batch)} jobs")
+                await connection.commit()
+            except BaseException:
+                await self._roll_back()
+                raise
+        except asyncio.CancelledError:
+            self._fallback._to_thread(batch)
+            raise
+        except Exception as exc:
+            if isinstance(exc, self._routine):
+                logger.debug("%s: a batch goes to the writer thread (%s)", self._name, type(exc).__name__)
+            else:
+                logger.warning(
+                    "%s: a batch failed on the event loop; the writer thread commits it",
+                    self._name,
+                    exc_info=True,
+                )
+            self.handed_over += 1
+            self._fallback._to_thread(batch)
+            return
+        self.batches += 1
+        self.jobs += len(batch)
+        if self._on_batch is not None:
+            self._on_batch(len(batch), time.perf_counter() - started)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            _resolve(pending.future, outcome)
+
+    async def _connected(self) -> Any:
+        import psycopg  # only PostgreSQL deployments use this writer
+
+        if self._connection is None or self._connection.closed:
+            self._connection = await psycopg.AsyncConnection.connect(
+                self._conninfo, connect_timeout=self._connect_timeout_seconds, autocommit=True
+            )
+        return self._connection
+
+    async def _roll_back(self) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            await connection.rollback()
+        except Exception:  # a broken connection: replaced for the next batch
+            self._connection = None
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def aclose(self) -> None:
+        """Hand what is queued to the thread's writer (closed by its owner after this), wait for the
+        batch in flight, and close the connection."""
+        self._closed = True
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            self._fallback._to_thread(waiting)
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.close()
+            self._connection = None

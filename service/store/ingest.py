@@ -34,6 +34,7 @@ import orjson
 import psycopg
 from sqlalchemy import ARRAY, Connection, Integer, Select, Table, any_, bindparam, func, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
@@ -84,6 +85,10 @@ class _LockQueries:
     histograms: Select[Any]
     series_extents: Select[Any]
 
+    @property
+    def statements(self) -> tuple[Select[Any], ...]:
+        return (self.active_keys, self.lock_runs, self.histograms, self.series_extents)
+
 
 @lru_cache(maxsize=2)
 def _lock_queries(dialect_name: str) -> _LockQueries:
@@ -122,20 +127,62 @@ def lock_for_ingest(
     """Check the keys, lock the runs (primary-key order) and read their histograms and, for those with
     more than ``series_above`` measurements, their step-bucket extents: one round trip on PostgreSQL
     (BEGIN included), in a write transaction the caller holds."""
-    parameters = {
-        "key_ids": sorted(set(key_ids)),
-        "run_ids": sorted(set(run_ids)),
-        "series_above": series_above,
-    }
-    queries = _lock_queries(connection.dialect.name)
-    statements = (queries.active_keys, queries.lock_runs, queries.histograms, queries.series_extents)
+    parameters = _lock_parameters(key_ids, run_ids, series_above)
     results: list[Sequence[Sequence[Any]]]
     if connection.dialect.name == "postgresql":
-        results = _rows_in_one_round_trip(connection, statements, parameters)
-        results[1] = [_utc_times(row) for row in results[1]]
+        text = _pg_lock_sql()
+        driver: Any = connection.connection.driver_connection
+        with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
+            cursor.execute(text, parameters)
+            results = [cursor.fetchall()]
+            while cursor.nextset():
+                results.append(cursor.fetchall())
     else:
-        results = [connection.execute(statement, parameters).all() for statement in statements]
+        queries = _lock_queries(connection.dialect.name)
+        results = [connection.execute(statement, parameters).all() for statement in queries.statements]
+    return _locked(results, postgresql=connection.dialect.name == "postgresql")
+
+
+async def lock_for_ingest_async(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    key_ids: Sequence[int],
+    run_ids: Sequence[str],
+    series_above: int,
+    begin: bool = False,
+) -> LockedForIngest:
+    """:func:`lock_for_ingest` on an asyncio psycopg connection (PostgreSQL; the event loop's writer:
+    service.store.group_commit.AsyncGroupCommitWriter). ``begin``: BEGIN the transaction in the same
+    query text (on a connection in autocommit mode, where psycopg sends no BEGIN of its own)."""
+    text = ("BEGIN; " if begin else "") + _pg_lock_sql()
+    async with psycopg.AsyncClientCursor(connection) as cursor:
+        await cursor.execute(text, _lock_parameters(key_ids, run_ids, series_above))
+        if begin:
+            cursor.nextset()  # past BEGIN's empty result
+        results: list[Sequence[Sequence[Any]]] = [await cursor.fetchall()]
+        while cursor.nextset():
+            results.append(await cursor.fetchall())
+    return _locked(results, postgresql=True)
+
+
+def _lock_parameters(key_ids: Sequence[int], run_ids: Sequence[str], series_above: int) -> dict[str, Any]:
+    return {"key_ids": sorted(set(key_ids)), "run_ids": sorted(set(run_ids)), "series_above": series_above}
+
+
+@lru_cache(maxsize=1)
+def _pg_lock_sql() -> str:
+    """The lock's statements as one query text (client-side binding: the only way psycopg sends
+    several statements at once; one wait for the server, where pipeline mode waits once a statement
+    and again for its sync)."""
+    return "; ".join(_driver_sql(statement, _PSYCOPG) for statement in _lock_queries("postgresql").statements)
+
+
+def _locked(results: Sequence[Sequence[Sequence[Any]]], *, postgresql: bool) -> LockedForIngest:
+    if len(results) != 4:
+        raise RuntimeError(f"{len(results)} results for the lock's 4 statements")
     key_rows, run_rows, histogram_rows, extent_rows = results
+    if postgresql:  # read at the driver: times in the session's zone
+        run_rows = [_utc_times(row) for row in run_rows]
     histograms: dict[int, dict[int, int]] = {}
     for run_pk, mfu_bin, count in histogram_rows:
         if count > 0:
@@ -152,26 +199,6 @@ def lock_for_ingest(
 def _driver_sql(statement: Any, dialect: Dialect) -> str:
     """A statement's text in the driver's parameter style (compiled once)."""
     return str(statement.compile(dialect=dialect))
-
-
-def _rows_in_one_round_trip(
-    connection: Connection, statements: Sequence[Any], parameters: Mapping[str, Any]
-) -> list[Sequence[Sequence[Any]]]:
-    """PostgreSQL: run ``statements`` at the driver as one query text (client-side binding, the only
-    way psycopg sends several statements at once) and return each one's rows as the driver reads
-    them. One wait for the server, where pipeline mode waits once a statement and once more for its
-    sync: each wait releases the GIL, and taking it back under load cost ~0.45 ms (a 4-statement
-    pipeline spent 1.8 ms queueing, 0.7 ms in its sync, at 16 connections)."""
-    driver: Any = connection.connection.driver_connection
-    text = "; ".join(_driver_sql(statement, connection.dialect) for statement in statements)
-    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
-        cursor.execute(text, parameters)
-        results: list[Sequence[Sequence[Any]]] = [cursor.fetchall()]
-        while cursor.nextset():
-            results.append(cursor.fetchall())
-    if len(results) != len(statements):
-        raise RuntimeError(f"{len(results)} results for {len(statements)} statements")
-    return results
 
 
 #: Where the run rows hold times: SQLAlchemy's UtcDateTime reads them as UTC; the driver reads them in
@@ -233,8 +260,44 @@ def write_ingest(connection: Connection, writes: IngestWrites) -> None:
     many = len(writes.measurements) > PIPELINED_INSERT_ROWS
     if many:
         run_store.insert_measurements(connection, parameters=writes.measurements)
+    text, parameters = _pg_write_text(writes, () if many else writes.measurements)
+    driver: Any = connection.connection.driver_connection
+    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
+        cursor.execute(text, parameters)
+    _write_series(connection, writes)
+
+
+class NeedsWriterThread(Exception):
+    """The batch needs what only the thread's writer does (COPY of many rows, step buckets rebuilt or
+    re-bucketed, repeated steps looked up): nothing was written; commit it there."""
+
+
+async def write_ingest_async(
+    connection: psycopg.AsyncConnection[Any], writes: IngestWrites, *, commit: bool = False
+) -> None:
+    """:func:`write_ingest` on an asyncio psycopg connection, for the common batch: up to
+    ``PIPELINED_INSERT_ROWS`` measurements and no step buckets to build or widen (else
+    :class:`NeedsWriterThread`, before anything is written). ``commit``: COMMIT in the same query
+    text (a statement that fails stops the text there, and nothing is committed)."""
+    if (
+        len(writes.measurements) > PIPELINED_INSERT_ROWS
+        or writes.series_rebuilds
+        or writes.series_replacements
+        or writes.series_additions
+    ):
+        raise NeedsWriterThread
+    text, parameters = _pg_write_text(writes, writes.measurements)
+    async with psycopg.AsyncClientCursor(connection) as cursor:
+        await cursor.execute(text + ("; COMMIT" if commit else ""), parameters)
+
+
+def _pg_write_text(
+    writes: IngestWrites, measurement_values: Sequence[tuple[Any, ...]]
+) -> tuple[str, list[Any]]:
+    """The batch's writes but the step buckets (and the measurements, when COPY takes them) as one
+    query text and its parameters."""
     texts = [_pg_run_writes_sql()]
-    parameters: list[Any] = [*_pg_run_writes_parameters(writes, () if many else writes.measurements)]
+    parameters: list[Any] = [*_pg_run_writes_parameters(writes, measurement_values)]
     # The tenant rows before the fleet rows, each in key order: the lock order of every transaction.
     for table, rows in zip(
         (tenant_mfu_bins, fleet_mfu_bins), run_store.histogram_moves(writes.moves), strict=True
@@ -243,11 +306,7 @@ def write_ingest(connection: Connection, writes: IngestWrites) -> None:
             texts.append(_pg_add_counts_sql(table, "n_runs"))
             names = [column.name for column in table.columns]
             parameters.append(orjson.dumps([[row[name] for name in names] for row in rows]).decode())
-    text = "; ".join(texts)
-    driver: Any = connection.connection.driver_connection
-    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
-        cursor.execute(text, parameters)
-    _write_series(connection, writes)
+    return "; ".join(texts), parameters
 
 
 def _write_series(connection: Connection, writes: IngestWrites) -> None:
@@ -259,6 +318,7 @@ def _write_series(connection: Connection, writes: IngestWrites) -> None:
 
 
 _PG = postgresql.dialect()
+_PSYCOPG = psycopg_dialect()
 _RUN_BIN_COLUMNS = ("run_pk", "mfu_bin", "n_measurements")
 _SUMMARY_UPDATE_COLUMNS = ("pk", *run_store.SUMMARY_COLUMNS)
 

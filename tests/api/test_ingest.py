@@ -74,9 +74,42 @@ def test_concurrent_single_measurements_are_batched_and_each_step_is_stored_once
         # The summary and histogram are those of the stored rows, computed independently here.
         assert histogram == fleet.bin_counts(mfus)
         assert run["summary"]["median_mfu"] == fleet.percentile_from_histogram(fleet.bin_counts(mfus), 0.5)
-    writer = store_client.client.app.state.measurement_ingest.writer  # type: ignore[attr-defined]
-    assert writer.jobs == 2 * REQUESTS
-    assert writer.batches < writer.jobs  # 16 threads at once: some requests shared a transaction
+    ingest = store_client.client.app.state.measurement_ingest  # type: ignore[attr-defined]
+    # PostgreSQL: batches of new steps commit on the event loop, those with repeats in the thread.
+    writers = [ingest.writer, *([ingest.loop_writer] if ingest.loop_writer is not None else [])]
+    assert sum(writer.jobs for writer in writers) == 2 * REQUESTS
+    # 16 threads at once: some requests shared a transaction.
+    assert sum(writer.batches for writer in writers) < 2 * REQUESTS
+    if ingest.loop_writer is not None:  # both ways were taken: new steps on the loop, repeats not
+        assert ingest.loop_writer.batches > 0 and ingest.loop_writer.handed_over > 0
+
+
+def test_postgresql_commits_plain_batches_on_the_event_loop_and_survives_losing_its_connection(
+    store_client: StoreClient,
+) -> None:
+    run_id = store_client.create_run()["id"]
+    assert store_client.add(run_id, measurement(1))["stored"] == 1
+    ingest = store_client.client.app.state.measurement_ingest  # type: ignore[attr-defined]
+    if ingest.loop_writer is None:  # SQLite: one writer, the thread's (or the loop's, inline)
+        assert store_client.engine.dialect.name == "sqlite"
+        return
+    assert (ingest.loop_writer.batches, ingest.loop_writer.handed_over, ingest.writer.jobs) == (1, 0, 0)
+    # Its connection dies while idle (a restart, an idle timeout): the next batch fails on it and is
+    # committed by the thread; the one after gets a new connection.
+    backend_pid = ingest.loop_writer._connection.info.backend_pid
+    with store_client.engine.connect() as admin:
+        admin.exec_driver_sql(f"SELECT pg_terminate_backend({int(backend_pid)})")
+    assert store_client.add(run_id, measurement(2))["stored"] == 1
+    assert (ingest.loop_writer.handed_over, ingest.writer.jobs) == (1, 1)
+    assert store_client.add(run_id, measurement(3))["stored"] == 1
+    assert ingest.loop_writer.batches == 2
+    # A repeated step needs a lookup only the thread makes: rolled back on the loop, answered there.
+    repeat = store_client.add(run_id, [measurement(3), measurement(4)])
+    assert (repeat["stored"], repeat["ignored_steps"]) == (1, [3])
+    assert (ingest.loop_writer.handed_over, ingest.writer.jobs) == (2, 2)
+    assert _count(store_client, measurements) == 4
+    summary = store_client.client.get(f"/v1/runs/{run_id}", headers=store_client.writer).json()["summary"]
+    assert (summary["measurement_count"], summary["latest_step"]) == (4, 4)
 
 
 def test_a_key_revoked_after_it_was_used_writes_nothing_more(store_client: StoreClient) -> None:

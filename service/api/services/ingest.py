@@ -32,7 +32,7 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from functools import lru_cache, partial
 from typing import Annotated, Any, TypeVar
 
+import psycopg
 from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
@@ -56,7 +57,7 @@ from service.domain.errors import DomainError
 from service.observability import INGEST_LARGE_BODIES, observe_ingest_batch
 from service.store import ingest as ingest_store
 from service.store import runs as store
-from service.store.group_commit import GroupCommitWriter
+from service.store.group_commit import AsyncGroupCommitWriter, GroupCommitWriter
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
 
@@ -450,17 +451,114 @@ class _Accepted:
     ignored_steps: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class _Lock:
+    """Read: lock the batch's runs and check its keys (store.ingest.lock_for_ingest)."""
+
+    key_ids: list[int]
+    run_ids: list[str]
+    series_above: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ExistingSteps:
+    """Read: which of a run's steps in [first, last] are stored (store.existing_steps)."""
+
+    run_pk: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class _StepRange:
+    """Read: a run's lowest and highest stored step (store.step_range)."""
+
+    run_pk: int
+
+
+@dataclass(frozen=True, slots=True)
+class _RunSeries:
+    """Read: a run's stored step buckets (store.run_series)."""
+
+    run_pk: int
+
+
+#: What a batch asks of the database, in turn (see _batch_steps).
+_Io = _Lock | _ExistingSteps | _StepRange | _RunSeries | ingest_store.IngestWrites
+
+
 def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]:
     """Store a batch of requests in the caller's write transaction; one outcome per job: its
     ``MeasurementsAdded``, or a ``ProblemError`` (revoked key: 401; run gone or another tenant's: 404)
     for a job that stored nothing. Jobs are applied in order, so the first write of a step wins.
-    The reads and the writes are one call each (``service.store.ingest``: a round trip each on
-    PostgreSQL); only repeated steps and a run's step buckets changing width read in between."""
+    The reads and the writes are one call each (``service.store.ingest``: one query text each on
+    PostgreSQL); only repeated steps and a run's step buckets being built or widened read in between."""
+    steps = _batch_steps(jobs)
+    answer: Any = None
+    while True:
+        try:
+            request = steps.send(answer)
+        except StopIteration as done:
+            outcomes: list[Any] = done.value
+            return outcomes
+        if isinstance(request, _Lock):
+            answer = ingest_store.lock_for_ingest(
+                connection,
+                key_ids=request.key_ids,
+                run_ids=request.run_ids,
+                series_above=request.series_above,
+            )
+        elif isinstance(request, _ExistingSteps):
+            answer = store.existing_steps(
+                connection, run_pk=request.run_pk, first=request.first, last=request.last
+            )
+        elif isinstance(request, _StepRange):
+            answer = store.step_range(connection, run_pk=request.run_pk)
+        elif isinstance(request, _RunSeries):
+            answer = store.run_series(connection, run_pk=request.run_pk)
+        else:
+            ingest_store.write_ingest(connection, request)
+            answer = None
+
+
+async def commit_batch_async(
+    connection: psycopg.AsyncConnection[Any], jobs: Sequence[IngestJob]
+) -> list[Any]:
+    """:func:`commit_batch` on the event loop's PostgreSQL connection, for the common batch (its
+    lock and its writes); anything else raises ``NeedsWriterThread`` before writing, and the batch goes
+    to the writer thread (service.store.group_commit.AsyncGroupCommitWriter)."""
+    steps = _batch_steps(jobs)
+    answer: Any = None
+    while True:
+        try:
+            request = steps.send(answer)
+        except StopIteration as done:
+            outcomes: list[Any] = done.value
+            return outcomes
+        if isinstance(request, _Lock):
+            # The loop's writer connection is in autocommit mode: the lock begins the transaction and
+            # the writes commit it, each in its query text (two waits a batch).
+            answer = await ingest_store.lock_for_ingest_async(
+                connection,
+                key_ids=request.key_ids,
+                run_ids=request.run_ids,
+                series_above=request.series_above,
+                begin=True,
+            )
+        elif isinstance(request, ingest_store.IngestWrites):
+            await ingest_store.write_ingest_async(connection, request, commit=True)
+            answer = None
+        else:
+            raise ingest_store.NeedsWriterThread
+
+
+def _batch_steps(jobs: Sequence[IngestJob]) -> Generator[_Io, Any, list[Any]]:
+    """The batch's logic, apart from how it reaches the database: it yields each read or the writes
+    (``_Io``) and is sent the answer, so that the thread's writer and the event loop's share it."""
     rows_per_run: dict[str, int] = {}
     for job in jobs:
         rows_per_run[job.run_id] = rows_per_run.get(job.run_id, 0) + len(job.values)
-    locks = ingest_store.lock_for_ingest(
-        connection,
+    locks: ingest_store.LockedForIngest = yield _Lock(
         key_ids=[job.key_id for job in jobs],
         run_ids=list(rows_per_run),
         # A run can outgrow the exact series in this batch only if it has more than this already.
@@ -483,9 +581,7 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         low, high = min(steps), max(steps)
         stored: set[int] = set()
         if run.latest_step is not None and low <= run.latest_step:
-            stored = store.existing_steps(
-                connection, run_pk=run.pk, first=low, last=min(high, run.latest_step)
-            )
+            stored = yield _ExistingSteps(run.pk, low, min(high, run.latest_step))
         unique = set(steps)
         if not stored and len(unique) == len(steps) and state.steps.isdisjoint(unique):
             # The common case, decided with set operations: every row is new.
@@ -520,15 +616,15 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
         long_runs = {
             pk: state for pk, state in grown.items() if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
         }
-        ingest_store.write_ingest(
-            connection,
+        series = yield from _series_writes(long_runs, locks.series_extents)
+        yield (
             ingest_store.IngestWrites(
                 measurements=[values for state in grown.values() for values in state.parameters],
                 histogram_counts=counts,
                 summaries=[after[pk] for pk in grown],
                 moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
-                **_series_writes(connection, long_runs, locks.series_extents),
-            ),
+                **series,
+            )
         )
 
     return [
@@ -546,8 +642,8 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
 
 
 def _series_writes(
-    connection: Connection, long_runs: dict[int, _RunInBatch], extents: dict[int, tuple[int, int, int]]
-) -> dict[str, Any]:
+    long_runs: dict[int, _RunInBatch], extents: dict[int, tuple[int, int, int]]
+) -> Generator[_Io, Any, dict[str, Any]]:
     """How the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit change: built
     from the run's measurements when it first outgrows it (or has none yet: a run from before they were
     kept), then added to, and merged into wider buckets whenever the run's steps outgrow
@@ -563,7 +659,7 @@ def _series_writes(
         if extent is None:
             first, last = min(steps), max(steps)
             if state.run.measurement_count:  # its stored steps count too (the rebuild reads them all)
-                stored_first, stored_last = store.step_range(connection, run_pk=pk)
+                stored_first, stored_last = yield _StepRange(pk)
                 first, last = min(first, stored_first), max(last, stored_last)
             rebuilds[pk] = fleet.series_width(first, last)
             continue
@@ -575,7 +671,7 @@ def _series_writes(
         if wider == width:
             additions[pk] = (width, fresh)
             continue
-        _, stored_bins = store.run_series(connection, run_pk=pk)
+        _, stored_bins = yield _RunSeries(pk)
         replacements[pk] = (
             wider,
             fleet.rebucket(
@@ -633,6 +729,27 @@ class MeasurementIngest:
             on_batch=observe_ingest_batch,
             inline_max_weight=INLINE_COMMIT_ROWS,
         )
+        # PostgreSQL: the common batches are committed on the event loop (see AsyncGroupCommitWriter),
+        # the rest by the thread's writer.
+        self.loop_writer: AsyncGroupCommitWriter[IngestJob, MeasurementsAdded] | None = None
+        if engine.dialect.name == "postgresql":
+            self.loop_writer = AsyncGroupCommitWriter(
+                engine.url.set(drivername="postgresql").render_as_string(hide_password=False),
+                commit_batch_async,
+                fallback=self.writer,
+                weight=lambda job: len(job.values),
+                max_batch_weight=max_batch_rows,
+                name="measurement-ingest-loop",
+                on_batch=observe_ingest_batch,
+                routine=(ingest_store.NeedsWriterThread,),
+            )
+
+    async def aclose(self) -> None:
+        """Close at shutdown, on the event loop: the loop's writer first (what it holds goes to the
+        thread), then the thread's."""
+        if self.loop_writer is not None:
+            await self.loop_writer.aclose()
+        self.close()
 
     def close(self) -> None:
         self.writer.close()
@@ -667,6 +784,8 @@ class MeasurementIngest:
 
     async def _submit(self, principal: Principal, run_id: str, job: IngestJob) -> MeasurementsAdded:
         try:
+            if self.loop_writer is not None and len(job.values) <= ingest_store.PIPELINED_INSERT_ROWS:
+                return await self.loop_writer.submit(job)
             return await self.writer.submit(job)
         except ProblemError as exc:
             if exc.kind.status == 401:
