@@ -372,6 +372,7 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         name: str = "group-commit-async",
         on_batch: Callable[[int, float], None] | None = None,
         routine: tuple[type[Exception], ...] = (),
+        lanes: int = 1,
         connect_timeout_seconds: int = 5,
     ) -> None:
         """``routine``: what ``process`` raises for a batch that is the thread's by design (logged
@@ -386,8 +387,7 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         self._on_batch = on_batch
         self._connect_timeout_seconds = connect_timeout_seconds
         self._waiting: list[_Pending[Job]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._connection: Any = None
+        self._lanes = [_Lane() for _ in range(lanes)]
         self._closed = False
         self.batches = 0  # committed here
         self.jobs = 0
@@ -400,12 +400,14 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._waiting.append(_Pending(job, self._weight(job), loop, future))
-        if self._task is None:
-            self._task = loop.create_task(self._run())
+        for lane in self._lanes:
+            if lane.task is None:
+                lane.task = loop.create_task(self._run(lane))
+                break
         result: Result = await future
         return result
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         try:
             while self._waiting:
                 batch: list[_Pending[Job]] = []
@@ -416,21 +418,21 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
                     pending = self._waiting.pop(0)
                     batch.append(pending)
                     total += pending.weight
-                await self._commit(batch)
+                await self._commit(lane, batch)
         finally:
-            self._task = None
+            lane.task = None
 
-    async def _commit(self, batch: list[_Pending[Job]]) -> None:
+    async def _commit(self, lane: _Lane, batch: list[_Pending[Job]]) -> None:
         started = time.perf_counter()
         try:
-            connection = await self._connected()
+            connection = await self._connected(lane)
             try:
                 outcomes = await self._process(connection, [pending.job for pending in batch])
                 if len(outcomes) != len(batch):
                     raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(batch)} jobs")
                 await connection.commit()
             except BaseException:
-                await self._roll_back()
+                await self._roll_back(lane)
                 raise
         except asyncio.CancelledError:
             self._fallback._to_thread(batch)
@@ -454,23 +456,23 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         for pending, outcome in zip(batch, outcomes, strict=True):
             _resolve(pending.future, outcome)
 
-    async def _connected(self) -> Any:
+    async def _connected(self, lane: _Lane) -> Any:
         import psycopg  # only PostgreSQL deployments use this writer
 
-        if self._connection is None or self._connection.closed:
-            self._connection = await psycopg.AsyncConnection.connect(
+        if lane.connection is None or lane.connection.closed:
+            lane.connection = await psycopg.AsyncConnection.connect(
                 self._conninfo, connect_timeout=self._connect_timeout_seconds, autocommit=True
             )
-        return self._connection
+        return lane.connection
 
-    async def _roll_back(self) -> None:
-        connection = self._connection
+    async def _roll_back(self, lane: _Lane) -> None:
+        connection = lane.connection
         if connection is None:
             return
         try:
             await connection.rollback()
         except Exception:  # a broken connection: replaced for the next batch
-            self._connection = None
+            lane.connection = None
             with contextlib.suppress(Exception):
                 await connection.close()
 
@@ -481,10 +483,19 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         waiting, self._waiting = self._waiting, []
         if waiting:
             self._fallback._to_thread(waiting)
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._task)
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await self._connection.close()
-            self._connection = None
+        for lane in self._lanes:
+            if lane.task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(lane.task)
+            if lane.connection is not None:
+                with contextlib.suppress(Exception):
+                    await lane.connection.close()
+                lane.connection = None
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One batch at a time, on its own connection."""
+
+    task: asyncio.Task[None] | None = None
+    connection: Any = None

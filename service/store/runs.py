@@ -838,7 +838,7 @@ def run_series(connection: Connection, *, run_pk: int) -> tuple[int, list[Series
     return int(rows[0][0]), [SeriesBin(*row[1:]) for row in rows]
 
 
-def _series_row(run_pk: int, width: int, item: SeriesBin) -> dict[str, Any]:
+def series_row(run_pk: int, width: int, item: SeriesBin) -> dict[str, Any]:
     return {
         "run_pk": run_pk,
         "bucket": item.bucket,
@@ -855,7 +855,7 @@ def _series_row(run_pk: int, width: int, item: SeriesBin) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4)
-def _series_upsert(dialect: Dialect) -> Any:
+def series_upsert(dialect: Dialect) -> Any:
     """INSERT ... ON CONFLICT (run_pk, bucket) DO UPDATE: counts and sums added, minima and maxima
     kept (CASE rather than LEAST/GREATEST or min/max: the same on both databases)."""
     t = run_series_bins
@@ -888,16 +888,16 @@ def add_to_series(
 ) -> None:
     """Add buckets (run → (width, buckets), at the width the run's stored buckets have) to the
     stored ones. The caller holds the runs' locks."""
-    rows = [_series_row(pk, width, item) for pk, (width, bins) in sorted(additions.items()) for item in bins]
+    rows = [series_row(pk, width, item) for pk, (width, bins) in sorted(additions.items()) for item in bins]
     if rows:
-        connection.execute(_series_upsert(connection.dialect), rows)
+        connection.execute(series_upsert(connection.dialect), rows)
 
 
 def replace_series(connection: Connection, *, run_pk: int, width: int, bins: Sequence[SeriesBin]) -> None:
     """A run's stored buckets replaced by ``bins`` of ``width`` steps (when the width grows)."""
     connection.execute(delete(run_series_bins).where(run_series_bins.c.run_pk == run_pk))
     if bins:
-        connection.execute(insert(run_series_bins), [_series_row(run_pk, width, item) for item in bins])
+        connection.execute(insert(run_series_bins), [series_row(run_pk, width, item) for item in bins])
 
 
 def rebuild_series(connection: Connection, *, run_pk: int, width: int) -> None:

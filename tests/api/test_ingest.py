@@ -6,12 +6,15 @@ run write."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from service.domain import fleet
 from service.store import keys
+from service.store import runs as store
 from service.store.tables import measurements, run_mfu_bins, runs
 from service.store.uow import UnitOfWork
 from tests.api.conftest import StoreClient, measurement
@@ -96,7 +99,7 @@ def test_postgresql_commits_plain_batches_on_the_event_loop_and_survives_losing_
     assert (ingest.loop_writer.batches, ingest.loop_writer.handed_over, ingest.writer.jobs) == (1, 0, 0)
     # Its connection dies while idle (a restart, an idle timeout): the next batch fails on it and is
     # committed by the thread; the one after gets a new connection.
-    backend_pid = ingest.loop_writer._connection.info.backend_pid
+    backend_pid = ingest.loop_writer._lanes[0].connection.info.backend_pid
     with store_client.engine.connect() as admin:
         admin.exec_driver_sql(f"SELECT pg_terminate_backend({int(backend_pid)})")
     assert store_client.add(run_id, measurement(2))["stored"] == 1
@@ -215,3 +218,43 @@ def test_ingest_reads_the_key_from_either_header_and_checks_the_scope(store_clie
     assert response.status_code == 403
     assert "`write` scope" in response.json()["detail"]
     assert _count(store_client, measurements) == 3
+
+
+def test_a_batch_that_fails_on_the_event_loop_commits_nothing_there(
+    store_client: StoreClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL: a write that fails in the loop's pipeline (here a step stored behind the store's
+    back, so the run's summary does not know it) skips the rest, COMMIT included; the batch is rolled
+    back and goes to the thread, which refuses it the same way. Nothing of it is stored."""
+    run_id = store_client.create_run()["id"]
+    with UnitOfWork(store_client.engine, write=True) as uow:
+        pk = uow.connection.execute(select(runs.c.pk).where(runs.c.id == run_id)).scalar_one()
+        row = dict(
+            zip(
+                store.MEASUREMENT_COLUMNS,
+                [pk, 7, *[None] * (len(store.MEASUREMENT_COLUMNS) - 2)],
+                strict=True,
+            )
+        )
+        row.update(
+            measured_at=datetime(2026, 1, 1, tzinfo=UTC), throughput_form="tokens_per_second",
+            throughput_value=1.0, tokens_per_second=1.0, tokens_per_second_per_device=1.0,
+            mfu=0.1, hfu=0.1, achieved_tflops_per_device=1.0,
+        )  # fmt: skip
+        store.insert_measurements(uow.connection, rows=[row])
+        uow.commit()
+    with caplog.at_level("WARNING"):
+        response = store_client.client.post(
+            f"/v1/runs/{run_id}/measurements",
+            json=[measurement(6), measurement(7)],
+            headers=store_client.writer,
+        )
+    assert response.status_code >= 400
+    ingest = store_client.client.app.state.measurement_ingest  # type: ignore[attr-defined]
+    if ingest.loop_writer is not None:
+        assert ingest.loop_writer.handed_over == 1 and ingest.loop_writer.batches == 0
+        assert "failed on the event loop" in caplog.text
+    assert _count(store_client, measurements) == 1  # only the one written behind its back
+    assert _count(store_client, run_mfu_bins) == 0
+    summary = store_client.client.get(f"/v1/runs/{run_id}", headers=store_client.writer).json()["summary"]
+    assert summary["measurement_count"] == 0

@@ -1209,3 +1209,35 @@ def test_the_summary_answered_by_an_ingest_reads_times_in_utc_as_the_stored_one(
     stored = store_client.client.get(f"/v1/runs/{run['id']}", headers=store_client.reader).json()["summary"]
     assert answered["first_measured_at"] == answered["latest_measured_at"] == "2026-12-02T10:00:07Z"
     assert {key: stored[key] for key in answered} == answered
+
+
+def test_a_long_runs_buckets_grow_with_one_measurement_requests_as_with_large_ones(
+    store_client: StoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small requests to a long run add to its stored buckets (on PostgreSQL in the event loop's
+    batches; building and widening them go to the writer thread): the buckets end exactly those of
+    every measurement."""
+    monkeypatch.setattr(fleet, "EXACT_SERIES_MAX", 50)
+    run = store_client.create_run()
+    store_client.add(run["id"], _long_run_items(range(0, 60)))  # outgrows the exact series: built
+    for step in range(60, 700, 7):  # one at a time: added to, widened twice on the way
+        assert store_client.add(run["id"], _long_run_items(range(step, step + 1)))["stored"] == 1
+    with UnitOfWork(store_client.engine, write=False) as uow:
+        record = runs_store.get_run(uow.connection, tenant="team-a", run_id=run["id"])
+        assert record is not None
+        width, stored = runs_store.run_series(uow.connection, run_pk=record.pk)
+        rows = runs_store.measurement_points(uow.connection, run_pk=record.pk)
+    assert width == fleet.series_width(0, rows[-1].step) > fleet.series_width(0, 59)
+    expected = fleet.series_bins(
+        ((row.step, row.measured_at, row.mfu, row.tokens_per_second) for row in rows), width=width
+    )
+    assert len(stored) == len(expected)
+    for got, want in zip(stored, expected, strict=True):
+        assert got.mfu_sum == pytest.approx(want.mfu_sum, rel=1e-12)
+        assert got.tokens_per_second_sum == pytest.approx(want.tokens_per_second_sum, rel=1e-12)
+        assert dataclasses.replace(got, mfu_sum=0.0, tokens_per_second_sum=0.0) == dataclasses.replace(
+            want, mfu_sum=0.0, tokens_per_second_sum=0.0
+        )
+    loop_writer = store_client.client.app.state.measurement_ingest.loop_writer  # type: ignore[attr-defined]
+    if loop_writer is not None:  # PostgreSQL: most of those requests were committed on the loop
+        assert loop_writer.batches > 80

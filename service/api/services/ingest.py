@@ -742,6 +742,10 @@ class MeasurementIngest:
                 name="measurement-ingest-loop",
                 on_batch=observe_ingest_batch,
                 routine=(ingest_store.NeedsWriterThread,),
+                # Two batches in the database at once: while one waits for its answers, the next
+                # forms and starts (one-measurement POSTs at 16 connections, 2-core Xeon: 2,200-2,270
+                # requests/s with one lane, 2,470-2,520 with two; three gained nothing more).
+                lanes=2,
             )
 
     async def aclose(self) -> None:
