@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import orjson
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -458,11 +459,16 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
 
     async def _connected(self, lane: _Lane) -> Any:
         import psycopg  # only PostgreSQL deployments use this writer
+        import psycopg.types.json
 
         if lane.connection is None or lane.connection.closed:
-            lane.connection = await psycopg.AsyncConnection.connect(
+            connection = await psycopg.AsyncConnection.connect(
                 self._conninfo, connect_timeout=self._connect_timeout_seconds, autocommit=True
             )
+            # JSON columns read with orjson (what the engine's connections read with the standard
+            # library, the same values: ~3x faster).
+            psycopg.types.json.set_json_loads(orjson.loads, connection)
+            lane.connection = connection
         return lane.connection
 
     async def _roll_back(self, lane: _Lane) -> None:

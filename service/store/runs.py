@@ -133,6 +133,20 @@ _MEDIAN_AT = _RUN_FIELDS.index("median_mfu")
 _new_record: Callable[..., RunRecord] = RunRecord  # positional: mypy cannot see the row's arity
 
 
+_ALL_RUN_FIELDS = tuple(RunRecord.__dataclass_fields__)
+_run_values = operator.attrgetter(*_ALL_RUN_FIELDS)
+_RUN_FIELD_AT = {name: index for index, name in enumerate(_ALL_RUN_FIELDS)}
+
+
+def replace_run(run: RunRecord, values: Mapping[str, Any]) -> RunRecord:
+    """``dataclasses.replace(run, **values)`` at half its cost (one C call reads every field; ingest
+    replaces each run's summary in every batch)."""
+    fields = list(_run_values(run))
+    for name, value in values.items():
+        fields[_RUN_FIELD_AT[name]] = value
+    return _new_record(*fields)
+
+
 def select_runs() -> Select[Any]:
     """The columns of a RunRecord (:data:`RUN_COLUMNS`), to be filtered."""
     return select(*RUN_COLUMNS)

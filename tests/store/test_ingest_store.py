@@ -9,6 +9,7 @@ import random
 from datetime import UTC, timedelta, timezone
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, select
 
 from service.domain import fleet
@@ -46,7 +47,7 @@ def _write(engine: Engine, run: store.RunRecord, values: list[tuple[Any, ...]]) 
         locked = ingest_store.lock_for_ingest(
             uow.connection, key_ids=[], run_ids=[run.id], series_above=10**9
         )
-        before = locked.runs[run.id]
+        before = locked.runs[run.id].applied_to(run)
         counts = fleet.bin_counts(row[store.MEASUREMENT_COLUMNS.index("mfu")] for row in values)
         histogram = dict(locked.histograms.get(run.pk, {}))
         for mfu_bin, count in counts.items():
@@ -83,7 +84,7 @@ def _write(engine: Engine, run: store.RunRecord, values: list[tuple[Any, ...]]) 
 
 def test_what_the_lock_reads_is_what_the_repository_reads(engine: Engine) -> None:
     run = _create(engine, tags=[])
-    other = _create(engine, tenant="team-b")
+    other = _create(engine, tenant="team-b", tags=[])
     _write(engine, run, _measurement_values(run, range(1, 40), random.Random(1)))
     with UnitOfWork(engine, write=True) as uow:
         active = key_store.create_key(uow.connection, tenant="team-a", scopes=key_store.parse_scopes("write"))
@@ -110,18 +111,24 @@ def test_what_the_lock_reads_is_what_the_repository_reads(engine: Engine) -> Non
         histogram = store.run_histogram(uow.connection, run_pk=run.pk)
 
     assert locked.active_key_ids == {active_id}
-    assert locked.runs == {run.id: expected_run, other.id: expected_other}
+    assert set(locked.runs) == {run.id, other.id}
+    # The records as created (no summary yet) plus what the lock read are the runs as they stand.
+    assert locked.runs[run.id].applied_to(run) == expected_run
+    assert locked.runs[other.id].applied_to(other) == expected_other
+    assert (locked.runs[other.id].tenant, locked.runs[other.id].summary["median_mfu"]) == ("team-b", None)
     # Times read as UTC (the record's fields compare equal across zones; the offsets must match too).
     assert expected_run is not None and expected_run.first_measured_at is not None
-    locked_first = locked.runs[run.id].first_measured_at
+    locked_first = locked.runs[run.id].summary["first_measured_at"]
     assert locked_first is not None and locked_first.utcoffset() == timedelta(0)
+    with pytest.raises(ValueError, match="another run"):
+        locked.runs[run.id].applied_to(other)
     assert locked.histograms == {run.pk: histogram}
     assert sum(histogram.values()) == 39
     assert locked.series_extents == {}  # no stored step buckets yet
 
 
 def test_a_written_batch_reads_back_exactly(engine: Engine) -> None:
-    run = _create(engine)
+    run = _create(engine, tags=[])
     rng = random.Random(7)
     first = _measurement_values(run, range(1, 300), rng)
     second = _measurement_values(run, range(300, 310), rng)

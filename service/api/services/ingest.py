@@ -415,7 +415,7 @@ def summary_after(
             latest_mfu=top[_MFU],
             latest_tokens_per_second=top[_TOKENS_PER_SECOND],
         )
-    return dataclasses.replace(run, **values)
+    return store.replace_run(run, values)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -429,6 +429,8 @@ class IngestJob:
     key_id: int
     tenant: str
     run_id: str
+    #: The run as cached (its fields fixed at creation hold; the summary is read again under lock).
+    run: store.RunRecord
     #: Value tuples, store.MEASUREMENT_COLUMNS order (measurement_values).
     values: list[tuple[Any, ...]]
     #: Their driver parameters (store.measurement_parameters), built before the write lock.
@@ -570,13 +572,14 @@ def _batch_steps(jobs: Sequence[IngestJob]) -> Generator[_Io, Any, list[Any]]:
         if job.key_id not in locks.active_key_ids:
             outcomes.append(invalid_api_key())
             continue
-        run = locks.runs.get(job.run_id)
-        if run is None or run.tenant != job.tenant:
+        locked = locks.runs.get(job.run_id)
+        if locked is None or locked.tenant != job.tenant:
             outcomes.append(not_found(job.run_id))
             continue
-        state = batch.get(run.pk)
+        state = batch.get(locked.pk)
         if state is None:
-            state = batch[run.pk] = _RunInBatch(run)
+            state = batch[locked.pk] = _RunInBatch(locked.applied_to(job.run))
+        run = state.run
         steps = [row[_STEP] for row in job.values]
         low, high = min(steps), max(steps)
         stored: set[int] = set()
@@ -836,7 +839,7 @@ class MeasurementIngest:
         values = await run_in_threadpool(
             _gc_paused, store.measurement_values_from_parameters, self._engine.dialect, parameters
         )
-        return IngestJob(principal.key_id, principal.tenant, run_id, values, parameters)
+        return IngestJob(principal.key_id, principal.tenant, run_id, facts.run, values, parameters)
 
     @property
     def helper_ready(self) -> bool:
@@ -862,7 +865,7 @@ class MeasurementIngest:
     ) -> IngestJob:
         values = measurement_values(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
         parameters = store.measurement_parameters(self._engine.dialect, values)
-        return IngestJob(principal.key_id, principal.tenant, run_id, values, parameters)
+        return IngestJob(principal.key_id, principal.tenant, run_id, facts.run, values, parameters)
 
     async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
         async with self._admission or nullcontext():
