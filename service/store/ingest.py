@@ -39,7 +39,22 @@ from typing import Any
 
 import orjson
 import psycopg
-from sqlalchemy import ARRAY, Connection, Integer, Select, Table, any_, bindparam, func, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    CompoundSelect,
+    Connection,
+    Integer,
+    Select,
+    Table,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Dialect
@@ -126,14 +141,26 @@ def _id_in(column: Any, name: str, dialect_name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class _LockQueries:
-    active_keys: Select[Any]
+    #: The runs, locked (first: what the facts read is read under the lock).
     lock_runs: Select[Any]
-    histograms: Select[Any]
-    series_extents: Select[Any]
+    #: One row per fact, tagged by kind (_KEY, _BIN, _EXTENT): the active keys, the locked runs' MFU
+    #: histograms and their step-bucket extents, in one statement (each statement costs the writer
+    #: more than its rows do).
+    facts: CompoundSelect
 
     @property
-    def statements(self) -> tuple[Select[Any], ...]:
-        return (self.active_keys, self.lock_runs, self.histograms, self.series_extents)
+    def statements(self) -> tuple[Select[Any] | CompoundSelect, ...]:
+        return (self.lock_runs, self.facts)
+
+
+_KEY, _BIN, _EXTENT = 0, 1, 2
+
+
+def _fact(kind: int, *values: Any) -> Select[Any]:
+    """A select of (kind, four BIGINT values; missing ones NULL): the union's common shape."""
+    padded = [*values, *[literal_column("NULL")] * (4 - len(values))]
+    columns = [cast(value, BigInteger).label(name) for value, name in zip(padded, "abcd", strict=True)]
+    return select(literal_column(str(kind)).label("kind"), *columns)
 
 
 @lru_cache(maxsize=2)
@@ -141,21 +168,14 @@ def _lock_queries(dialect_name: str) -> _LockQueries:
     """Built once per dialect (constructing a statement costs more than running it here)."""
     of_runs = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
     h, s = run_mfu_bins, run_series_bins
-    return _LockQueries(
-        active_keys=select(api_keys.c.id).where(
-            _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
-        ),
-        # Primary-key order: two writers locking overlapping sets never deadlock.
-        lock_runs=select(*_LOCKED_COLUMNS)
-        .where(_id_in(runs.c.id, "run_ids", dialect_name))
-        .order_by(runs.c.pk)
-        .with_for_update(),
-        histograms=select(h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
-            h.c.run_pk.in_(of_runs.scalar_subquery())
-        ),
-        series_extents=select(
-            s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket)
-        )
+    keys = _fact(_KEY, api_keys.c.id).where(
+        _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
+    )
+    bins = _fact(_BIN, h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
+        h.c.run_pk.in_(of_runs.scalar_subquery()), h.c.n_measurements > literal_column("0")
+    )
+    extents = (
+        _fact(_EXTENT, s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket))
         .where(
             s.c.run_pk.in_(
                 of_runs.where(
@@ -163,7 +183,15 @@ def _lock_queries(dialect_name: str) -> _LockQueries:
                 ).scalar_subquery()
             )
         )
-        .group_by(s.c.run_pk),
+        .group_by(s.c.run_pk)
+    )
+    return _LockQueries(
+        # Primary-key order: two writers locking overlapping sets never deadlock.
+        lock_runs=select(*_LOCKED_COLUMNS)
+        .where(_id_in(runs.c.id, "run_ids", dialect_name))
+        .order_by(runs.c.pk)
+        .with_for_update(),
+        facts=union_all(keys, bins, extents),
     )
 
 
@@ -235,18 +263,24 @@ def _pg_lock_sql() -> str:
 
 
 def _locked(results: Sequence[Sequence[Sequence[Any]]], *, postgresql: bool) -> LockedForIngest:
-    if len(results) != 4:
-        raise RuntimeError(f"{len(results)} results for the lock's 4 statements")
-    key_rows, run_rows, histogram_rows, extent_rows = results
+    if len(results) != 2:
+        raise RuntimeError(f"{len(results)} results for the lock's 2 statements")
+    run_rows, fact_rows = results
+    active: set[int] = set()
     histograms: dict[int, dict[int, int]] = {}
-    for run_pk, mfu_bin, count in histogram_rows:
-        if count > 0:
-            histograms.setdefault(run_pk, {})[mfu_bin] = count
+    extents: dict[int, tuple[int, int, int]] = {}
+    for kind, first, second, third, fourth in fact_rows:
+        if kind == _BIN:
+            histograms.setdefault(int(first), {})[int(second)] = int(third)
+        elif kind == _EXTENT:
+            extents[int(first)] = (int(second), int(third), int(fourth))
+        else:
+            active.add(int(first))
     return LockedForIngest(
-        active_key_ids=frozenset(row[0] for row in key_rows),
+        active_key_ids=frozenset(active),
         runs={row[1]: _locked_run(row, utc=postgresql) for row in run_rows},
         histograms=histograms,
-        series_extents={int(pk): (int(width), int(low), int(high)) for pk, width, low, high in extent_rows},
+        series_extents=extents,
     )
 
 
