@@ -360,7 +360,7 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
 
     Batches form as in the thread: while one is in the database, the jobs submitted meanwhile queue,
     and the next batch takes them all (up to ``max_batch_weight``). The connection is in autocommit
-    mode: ``process(connection, jobs)`` begins the transaction itself with its first query text (so
+    mode: ``process(connection, jobs)`` begins the transaction itself in its first pipeline (so
     BEGIN costs no wait of its own) and may commit it with its last; the writer commits whatever it
     left open. Anything it raises (``fallback`` work it does not
     do, such as reads the batch turns out to need; a constraint; a lost connection) rolls the

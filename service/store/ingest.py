@@ -5,29 +5,24 @@ A batch of measurement requests (``service.api.services.ingest.commit_batch``) r
 buckets), decides in Python what to store, then writes (:func:`write_ingest`: the measurements, the
 runs' histograms and summaries, the tenant and fleet histograms, the step buckets).
 
-Why two calls rather than a statement at a time: on PostgreSQL each statement is a network round trip
-that the writer thread waits for, and each wait releases the GIL, which the thread then has to take
-back from the event loop: under load that cost ~0.5-1 ms a wait, where the database itself answers in
-~0.2 ms (a separate process probing it meanwhile). A batch used to make about a dozen waits (the
-pool's pre-ping, BEGIN, the key check, the lock, the insert, the histogram upsert and read-back, the
-summaries, the fleet and tenant moves, COMMIT): 5.8 ms a batch of ~8 one-measurement requests at 16
-connections, the writer busy all the time and half the machine idle (2-core Xeon, 1,400 requests/s).
+Two ways:
 
-Two ways on PostgreSQL:
+* SQLite, and PostgreSQL's writer thread (``lock_for_ingest``, ``write_ingest``): the store's
+  statements one after the other. On SQLite they are calls into the library; on PostgreSQL the thread
+  takes only the batches the loop's way does not (large ones, whose rows COPY takes; those that need a
+  lookup or rebuild step buckets; those that failed on the loop).
+* PostgreSQL on the event loop (``lock_for_ingest_async``, ``write_ingest_async``; the common batch),
+  over an asyncio connection. Each call is a pipeline of prepared statements: one wait each (BEGIN
+  rides with the lock, COMMIT with the writes), and a wait is an ``await``. In the thread a batch had
+  made about a dozen waits (the pool's pre-ping, BEGIN, the key check, the lock, the insert, the
+  histogram upsert and read-back, the summaries, the fleet and tenant moves, COMMIT), each one
+  releasing the GIL and winning it back from the event loop: ~0.5-1 ms a wait under load, where the
+  database answered in ~0.2 ms (5.8 ms a batch of ~8 one-measurement requests at 16 connections,
+  half the 2-core machine idle, 1,400 requests/s). There the rows go as JSON parameters, since
+  psycopg adapts list parameters element by element in Python.
 
-* On the event loop (``lock_for_ingest_async``, ``write_ingest_async``; the common batch), over an
-  asyncio connection: a wait is an ``await``, no GIL changes hands. Each call is a pipeline of
-  prepared statements (one wait each; BEGIN rides with the lock, COMMIT with the writes).
-* In the writer thread (``lock_for_ingest``, ``write_ingest``; every batch, but sent there only when it
-  needs what the loop's way does not do): each call is one query text, its statements sent at once
-  (psycopg's client-side binding: pipeline mode waits once a statement and again for its sync, each
-  wait a GIL hand-off in a thread).
-
-Either way the rows go as JSON parameters, since psycopg adapts list parameters element by element in
-Python, and the histogram is no longer read back after the upsert: the run is locked, so the histogram
-read with the lock plus the batch's counts is what the upsert leaves.
-
-SQLite runs the same statements one after the other: they are calls into the library, not round trips.
+Either way the histogram is not read back after the upsert: the run is locked, so the histogram read
+with the lock plus the batch's counts is what the upsert leaves.
 """
 
 from __future__ import annotations
@@ -55,10 +50,8 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
 
 from service.domain.fleet import SeriesBin
 from service.store import runs as run_store
@@ -116,7 +109,6 @@ _LOCKED_COLUMNS = (runs.c.pk, runs.c.id, runs.c.tenant, *(runs.c[name] for name 
 _LOCKED_TIMES = tuple(
     index for index, column in enumerate(_LOCKED_COLUMNS) if isinstance(column.type, UtcDateTime)
 )
-_LOCKED_MEDIAN = run_store.SUMMARY_COLUMNS.index("median_mfu")
 
 
 def _locked_run(row: Sequence[Any], *, utc: bool) -> LockedRun:
@@ -126,8 +118,7 @@ def _locked_run(row: Sequence[Any], *, utc: bool) -> LockedRun:
         for index in _LOCKED_TIMES:
             values[index] = read(values[index], None)  # type: ignore[arg-type]  # the dialect is unused
     summary = dict(zip(run_store.SUMMARY_COLUMNS, values[3:], strict=True))
-    if summary["median_mfu"] is not None and summary["median_mfu"] < 0:  # NO_MFU: none yet
-        summary["median_mfu"] = None
+    summary["median_mfu"] = run_store.median_as_read(summary["median_mfu"])
     return LockedRun(pk=values[0], id=values[1], tenant=values[2], summary=summary)
 
 
@@ -198,23 +189,14 @@ def _lock_queries(dialect_name: str) -> _LockQueries:
 def lock_for_ingest(
     connection: Connection, *, key_ids: Sequence[int], run_ids: Sequence[str], series_above: int
 ) -> LockedForIngest:
-    """Check the keys, lock the runs (primary-key order) and read their histograms and, for those with
-    more than ``series_above`` measurements, their step-bucket extents: one round trip on PostgreSQL
-    (BEGIN included), in a write transaction the caller holds."""
+    """Lock the runs (primary-key order), then check the keys and read the runs' histograms and, for
+    those with more than ``series_above`` measurements, their step-bucket extents, in a write
+    transaction the caller holds (SQLite; PostgreSQL's writer thread)."""
     parameters = _lock_parameters(key_ids, run_ids, series_above)
-    results: list[Sequence[Sequence[Any]]]
-    if connection.dialect.name == "postgresql":
-        text = _pg_lock_sql()
-        driver: Any = connection.connection.driver_connection
-        with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
-            cursor.execute(text, parameters)
-            results = [cursor.fetchall()]
-            while cursor.nextset():
-                results.append(cursor.fetchall())
-    else:
-        queries = _lock_queries(connection.dialect.name)
-        results = [connection.execute(statement, parameters).all() for statement in queries.statements]
-    return _locked(results, postgresql=connection.dialect.name == "postgresql")
+    queries = _lock_queries(connection.dialect.name)
+    return _locked(
+        [connection.execute(statement, parameters).all() for statement in queries.statements], utc=False
+    )
 
 
 async def lock_for_ingest_async(
@@ -239,7 +221,7 @@ async def lock_for_ingest_async(
             await connection.execute("BEGIN")
         for cursor, (sql, names) in zip(cursors, statements, strict=True):
             await cursor.execute(sql, {name: parameters[name] for name in names}, prepare=True)
-    return _locked([await cursor.fetchall() for cursor in cursors], postgresql=True)
+    return _locked([await cursor.fetchall() for cursor in cursors], utc=True)
 
 
 @lru_cache(maxsize=1)
@@ -254,15 +236,8 @@ def _lock_parameters(key_ids: Sequence[int], run_ids: Sequence[str], series_abov
     return {"key_ids": sorted(set(key_ids)), "run_ids": sorted(set(run_ids)), "series_above": series_above}
 
 
-@lru_cache(maxsize=1)
-def _pg_lock_sql() -> str:
-    """The lock's statements as one query text (client-side binding: the only way psycopg sends
-    several statements at once; one wait for the server, where pipeline mode waits once a statement
-    and again for its sync)."""
-    return "; ".join(_driver_sql(statement, _PSYCOPG) for statement in _lock_queries("postgresql").statements)
-
-
-def _locked(results: Sequence[Sequence[Sequence[Any]]], *, postgresql: bool) -> LockedForIngest:
+def _locked(results: Sequence[Sequence[Sequence[Any]]], *, utc: bool) -> LockedForIngest:
+    """``utc``: the rows were read at the driver (times in the session's zone), not through SQLAlchemy."""
     if len(results) != 2:
         raise RuntimeError(f"{len(results)} results for the lock's 2 statements")
     run_rows, fact_rows = results
@@ -278,7 +253,7 @@ def _locked(results: Sequence[Sequence[Sequence[Any]]], *, postgresql: bool) -> 
             active.add(int(first))
     return LockedForIngest(
         active_key_ids=frozenset(active),
-        runs={row[1]: _locked_run(row, utc=postgresql) for row in run_rows},
+        runs={row[1]: _locked_run(row, utc=utc) for row in run_rows},
         histograms=histograms,
         series_extents=extents,
     )
@@ -314,31 +289,23 @@ class IngestWrites:
     series_additions: Mapping[int, tuple[int, Sequence[SeriesBin]]] = field(default_factory=dict)
 
 
-#: Up to this many measurements go in the write statement on PostgreSQL (as JSON); more go by COPY
-#: first (faster for many rows).
+#: Up to this many measurements go in the loop's write statement on PostgreSQL (as JSON); a batch with
+#: more goes to the writer thread (COPY: faster for many rows).
 PIPELINED_INSERT_ROWS = 1000
 
 
 def write_ingest(connection: Connection, writes: IngestWrites) -> None:
-    """Write a batch in the caller's transaction (the runs locked by :func:`lock_for_ingest`).
-    PostgreSQL: one round trip for a batch of up to ``PIPELINED_INSERT_ROWS`` measurements (one
-    statement for the run-local tables, the tenant and fleet histogram changes after it, in their lock
-    order). SQLite: the store's statements in turn."""
-    if connection.dialect.name != "postgresql":
-        run_store.insert_measurements(connection, parameters=writes.measurements)
-        run_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
-        run_store.update_summaries(connection, summaries=writes.summaries)
-        run_store.move_runs_in_histograms(connection, moves=writes.moves)
-        _write_series(connection, writes)
-        return
-    many = len(writes.measurements) > PIPELINED_INSERT_ROWS
-    if many:
-        run_store.insert_measurements(connection, parameters=writes.measurements)
-    text, parameters = _pg_write_text(writes, () if many else writes.measurements)
-    driver: Any = connection.connection.driver_connection
-    with _driver_errors(connection, text), psycopg.ClientCursor(driver) as cursor:
-        cursor.execute(text, parameters)
-    _write_series(connection, writes, additions=False)  # the additions were in the text
+    """Write a batch in the caller's transaction (the runs locked by :func:`lock_for_ingest`): the
+    store's statements in turn (SQLite; PostgreSQL's writer thread, where COPY takes the rows)."""
+    run_store.insert_measurements(connection, parameters=writes.measurements)
+    run_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
+    run_store.update_summaries(connection, summaries=writes.summaries)
+    run_store.move_runs_in_histograms(connection, moves=writes.moves)
+    for run_pk, width in sorted(writes.series_rebuilds.items()):
+        run_store.rebuild_series(connection, run_pk=run_pk, width=width)
+    for run_pk, (width, bins) in sorted(writes.series_replacements.items()):
+        run_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
+    run_store.add_to_series(connection, additions=writes.series_additions)
 
 
 class NeedsWriterThread(Exception):
@@ -361,27 +328,15 @@ async def write_ingest_async(
     ):
         raise NeedsWriterThread
     async with connection.pipeline(), connection.cursor() as cursor:
-        for sql, parameters in _pg_write_statements(writes, writes.measurements):
+        for sql, parameters in _pg_write_statements(writes):
             await cursor.execute(sql, parameters, prepare=True)
         if commit:
             await connection.execute("COMMIT")
 
 
-def _pg_write_text(
-    writes: IngestWrites, measurement_values: Sequence[tuple[Any, ...]]
-) -> tuple[str, list[Any]]:
-    """The batch's writes but the step buckets (and the measurements, when COPY takes them) as one
-    query text and its parameters."""
-    statements = _pg_write_statements(writes, measurement_values)
-    return "; ".join(sql for sql, _ in statements), [value for _, values in statements for value in values]
-
-
-def _pg_write_statements(
-    writes: IngestWrites, measurement_values: Sequence[tuple[Any, ...]]
-) -> list[tuple[str, list[Any]]]:
-    statements: list[tuple[str, list[Any]]] = [
-        (_pg_run_writes_sql(), [*_pg_run_writes_parameters(writes, measurement_values)])
-    ]
+def _pg_write_statements(writes: IngestWrites) -> list[tuple[str, list[Any]]]:
+    """The batch's writes as (statement, JSON parameters), in their lock order."""
+    statements: list[tuple[str, list[Any]]] = [(_pg_run_writes_sql(), [*_pg_run_writes_parameters(writes)])]
     # The tenant rows before the fleet rows, each in key order: the lock order of every transaction.
     for table, rows in zip(
         (tenant_mfu_bins, fleet_mfu_bins), run_store.histogram_moves(writes.moves), strict=True
@@ -390,7 +345,7 @@ def _pg_write_statements(
             names = [column.name for column in table.columns]
             statements.append(
                 (
-                    _pg_add_counts_sql(table, "n_runs"),
+                    _pg_insert_rows_sql(table, run_store.upsert_add_clause(table, "n_runs")),
                     [orjson.dumps([[row[name] for name in names] for row in rows]).decode()],
                 )
             )
@@ -403,36 +358,14 @@ def _pg_write_statements(
         ]
         statements.append(
             (
-                _pg_add_to_series_sql(),
+                _pg_insert_rows_sql(run_series_bins, run_store.series_upsert_clause()),
                 [orjson.dumps([[row[name] for name in names] for row in rows]).decode()],
             )
         )
     return statements
 
 
-@lru_cache(maxsize=1)
-def _pg_add_to_series_sql() -> str:
-    """The store's step-bucket upsert (runs.add_to_series: counts and sums added, minima and maxima
-    kept) with its rows from one JSON parameter (:func:`_pg_rows`)."""
-    names = [column.name for column in run_series_bins.columns]
-    upsert = str(run_store.series_upsert(_PG).compile(dialect=_PG))
-    on_conflict = upsert[upsert.index(" ON CONFLICT ") :]
-    # Only constants go into the text (the table's own names and types, the store's clause).
-    return f"INSERT INTO {run_series_bins.name} ({', '.join(names)}) {_pg_rows(run_series_bins, names)}{on_conflict}"  # nosec B608
-
-
-def _write_series(connection: Connection, writes: IngestWrites, *, additions: bool = True) -> None:
-    for run_pk, width in sorted(writes.series_rebuilds.items()):
-        run_store.rebuild_series(connection, run_pk=run_pk, width=width)
-    for run_pk, (width, bins) in sorted(writes.series_replacements.items()):
-        run_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
-    if additions:
-        run_store.add_to_series(connection, additions=writes.series_additions)
-
-
-_PG = postgresql.dialect()
 _PSYCOPG = psycopg_dialect()
-_RUN_BIN_COLUMNS = ("run_pk", "mfu_bin", "n_measurements")
 _SUMMARY_UPDATE_COLUMNS = ("pk", *run_store.SUMMARY_COLUMNS)
 
 
@@ -443,7 +376,7 @@ def _pg_rows(table: Table, names: Sequence[str]) -> str:
     whole batch in C, and its number and time texts read back exactly (shortest round-trip floats,
     RFC 3339 times to the microsecond)."""
     values = ", ".join(
-        f"(r->>{index})::{table.c[name].type.compile(dialect=_PG)}" for index, name in enumerate(names)
+        f"(r->>{index})::{table.c[name].type.compile(dialect=_PSYCOPG)}" for index, name in enumerate(names)
     )
     # Only constants go into the text (the table's own column types, positions); values are bound.
     return f"SELECT {values} FROM json_array_elements(%s::json) AS r"  # nosec B608
@@ -461,19 +394,14 @@ def _pg_run_writes_sql() -> str:
     return (
         f"WITH new_measurements AS (INSERT INTO measurements ({', '.join(columns)}) "  # nosec B608
         f"{_pg_rows(measurements, columns)}), "
-        f"run_bins AS (INSERT INTO run_mfu_bins ({', '.join(_RUN_BIN_COLUMNS)}) "
-        f"{_pg_rows(run_mfu_bins, _RUN_BIN_COLUMNS)} "
-        "ON CONFLICT (run_pk, mfu_bin) DO UPDATE "
-        "SET n_measurements = run_mfu_bins.n_measurements + excluded.n_measurements) "
+        f"run_bins AS ({_pg_insert_rows_sql(run_mfu_bins, run_store.upsert_add_clause(run_mfu_bins, 'n_measurements'))}) "
         f"UPDATE runs SET {', '.join(f'{name} = v.{name}' for name in summary)} "
         f"FROM ({_pg_rows(runs, _SUMMARY_UPDATE_COLUMNS)}) AS v({', '.join(_SUMMARY_UPDATE_COLUMNS)}) "
         "WHERE runs.pk = v.pk"
     )
 
 
-def _pg_run_writes_parameters(
-    writes: IngestWrites, measurement_values: Sequence[tuple[Any, ...]]
-) -> tuple[str, str, str]:
+def _pg_run_writes_parameters(writes: IngestWrites) -> tuple[str, str, str]:
     """The JSON parameters of :func:`_pg_run_writes_sql`. The values are validated finite (JSON has
     no NaN; orjson would write null)."""
     bins = [
@@ -486,45 +414,16 @@ def _pg_run_writes_parameters(
         for run in sorted(writes.summaries, key=lambda run: run.pk)
     ]
     return (
-        orjson.dumps(measurement_values).decode(),
+        orjson.dumps(writes.measurements).decode(),
         orjson.dumps(bins).decode(),
         orjson.dumps(summaries).decode(),
     )
 
 
-@lru_cache(maxsize=4)
-def _pg_add_counts_sql(table: Table, counter: str) -> str:
-    """INSERT the rows of one JSON parameter (:func:`_pg_rows`; the table's columns in order), adding
-    ``counter`` to the existing row's where the key is taken."""
+@lru_cache(maxsize=8)
+def _pg_insert_rows_sql(table: Table, on_conflict: str) -> str:
+    """INSERT every column of ``table`` from one JSON parameter (:func:`_pg_rows`), then
+    ``on_conflict`` (the store's own clause for the table)."""
     names = [column.name for column in table.columns]
-    keys = ", ".join(column.name for column in table.primary_key.columns)
-    # Only constants go into the text (the table's own names and types); values are bound.
-    return (
-        f"INSERT INTO {table.name} ({', '.join(names)}) {_pg_rows(table, names)} "  # nosec B608
-        f"ON CONFLICT ({keys}) DO UPDATE SET {counter} = {table.name}.{counter} + excluded.{counter}"
-    )
-
-
-class _driver_errors:
-    """Driver errors of statements run at the driver, raised as SQLAlchemy raises the same failure
-    elsewhere (IntegrityError, OperationalError, ...), so callers see one exception tree."""
-
-    def __init__(self, connection: Connection, statement: Any) -> None:
-        self._connection = connection
-        self._statement = statement
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        dialect = self._connection.dialect
-        driver_error = dialect.loaded_dbapi.Error
-        if exc is None or not isinstance(exc, driver_error):
-            return
-        # A lost connection is dropped from the pool, as SQLAlchemy does for its own statements.
-        lost = dialect.is_disconnect(exc, self._connection.connection.dbapi_connection, None)
-        if lost:
-            self._connection.invalidate(exc)
-        raise DBAPIError.instance(
-            str(self._statement), None, exc, driver_error, connection_invalidated=lost
-        ) from exc
+    # Only constants go into the text (the table's own names and types, the store's clause).
+    return f"INSERT INTO {table.name} ({', '.join(names)}) {_pg_rows(table, names)}{on_conflict}"  # nosec B608

@@ -128,7 +128,7 @@ _RUN_FIELDS = tuple(name for name in RunRecord.__dataclass_fields__ if name != "
 #: The columns of a RunRecord, in its field order: every query that builds records selects exactly
 #: these, so a row is the record's arguments as they stand (no lookup by name per field; that was
 #: most of an ingest batch's time in ``getattr``).
-RUN_COLUMNS = tuple(runs.c[name] for name in _RUN_FIELDS)
+_RUN_COLUMNS = tuple(runs.c[name] for name in _RUN_FIELDS)
 _MEDIAN_AT = _RUN_FIELDS.index("median_mfu")
 _new_record: Callable[..., RunRecord] = RunRecord  # positional: mypy cannot see the row's arity
 
@@ -147,15 +147,19 @@ def replace_run(run: RunRecord, values: Mapping[str, Any]) -> RunRecord:
     return _new_record(*fields)
 
 
-def select_runs() -> Select[Any]:
-    """The columns of a RunRecord (:data:`RUN_COLUMNS`), to be filtered."""
-    return select(*RUN_COLUMNS)
+def _select_runs() -> Select[Any]:
+    return select(*_RUN_COLUMNS)
 
 
-def record_from_row(row: Sequence[Any], tags: Sequence[str] = ()) -> RunRecord:
-    """A record from a row of :func:`select_runs`."""
+def median_as_read(stored: float | None) -> float | None:
+    """A run's median as its summary reads: None for NO_MFU, the column's "none yet" that sorts last."""
+    return None if stored is not None and stored < 0 else stored
+
+
+def _record(row: Row[Any], tags: Sequence[str] = ()) -> RunRecord:
+    """A record from a row of :func:`_select_runs`."""
     median = row[_MEDIAN_AT]
-    if median is not None and median < 0:  # NO_MFU: the column's "none yet" that sorts last
+    if median is not None and median_as_read(median) is None:  # stored NO_MFU
         values = list(row)
         values[_MEDIAN_AT] = None
         return _new_record(*values, tags=tuple(tags))
@@ -199,7 +203,7 @@ def find_run_by_job(
     ).scalar_one_or_none()
 
 
-_RUN_BY_ID = select_runs().where(runs.c.id == bindparam("run_id"), runs.c.tenant == bindparam("tenant"))
+_RUN_BY_ID = _select_runs().where(runs.c.id == bindparam("run_id"), runs.c.tenant == bindparam("tenant"))
 _RUN_BY_ID_FOR_UPDATE = _RUN_BY_ID.with_for_update()
 
 
@@ -215,16 +219,16 @@ def get_run(
     row = connection.execute(query, {"run_id": run_id, "tenant": tenant}).first()
     if row is None:
         return None
-    return record_from_row(row, tags_of(connection, [row.pk]).get(row.pk, ()) if with_tags else ())
+    return _record(row, tags_of(connection, [row.pk]).get(row.pk, ()) if with_tags else ())
 
 
 def get_runs(connection: Connection, *, tenant: str, run_ids: Sequence[str]) -> dict[str, RunRecord]:
     """The tenant's runs among ``run_ids``, by id (missing ids are absent)."""
     rows = connection.execute(
-        select_runs().where(runs.c.tenant == tenant, runs.c.id.in_(list(run_ids)))
+        _select_runs().where(runs.c.tenant == tenant, runs.c.id.in_(list(run_ids)))
     ).all()
     tags = tags_of(connection, [row.pk for row in rows])
-    return {row.id: record_from_row(row, tags.get(row.pk, ())) for row in rows}
+    return {row.id: _record(row, tags.get(row.pk, ())) for row in rows}
 
 
 _TAGS_OF = (
@@ -305,7 +309,7 @@ def list_runs(
     shift the rows it has yet to see: the position is a value, not an offset.
     """
     column = runs.c.started_at if sort == "started_at" else runs.c.median_mfu
-    query: Select[Any] = select_runs().where(
+    query: Select[Any] = _select_runs().where(
         runs.c.tenant == tenant, *_conditions(tenant, filters, ordered_by_mfu=sort == "median_mfu")
     )
     if after is not None:
@@ -318,7 +322,7 @@ def list_runs(
         query = query.order_by(column.asc(), runs.c.pk.asc())
     rows = connection.execute(query.limit(limit)).all()
     tags = tags_of(connection, [row.pk for row in rows])
-    return [record_from_row(row, tags.get(row.pk, ())) for row in rows]
+    return [_record(row, tags.get(row.pk, ())) for row in rows]
 
 
 def _bind_like(column: Any, value: Any) -> ColumnElement[Any]:
@@ -462,7 +466,7 @@ def dialect_named(name: str) -> Dialect:
     if name == "sqlite":
         return _SQLITE_DIALECT
     if name == "postgresql":
-        return postgresql.dialect()
+        return _PG_DIALECT
     raise ValueError(f"no measurement parameters for a {name} database")
 
 
@@ -516,6 +520,7 @@ def _sqlite_multirow_insert(row_count: int) -> str:
 
 
 _SQLITE_DIALECT = sqlite.dialect()
+_PG_DIALECT = postgresql.dialect()
 
 
 _COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN"
@@ -718,6 +723,22 @@ def _upsert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...], cou
     if compiled.positional:
         return _DriverInsert(str(compiled), operator.itemgetter(*(compiled.positiontup or ())))
     return _DriverInsert(str(compiled), None)
+
+
+def upsert_add_clause(table: Table, counter: str) -> str:
+    """PostgreSQL: the ``ON CONFLICT (primary key) DO UPDATE SET counter = counter + excluded.counter``
+    of :func:`_upsert_add`'s statement, for an INSERT of rows from elsewhere (service.store.ingest)."""
+    keys = tuple(column.name for column in table.primary_key.columns)
+    return _on_conflict_clause(_upsert_statement(_PG_DIALECT, table, keys, counter).sql)
+
+
+def series_upsert_clause() -> str:
+    """PostgreSQL: the ``ON CONFLICT ... DO UPDATE`` of :func:`add_to_series`'s statement."""
+    return _on_conflict_clause(str(series_upsert(_PG_DIALECT).compile(dialect=_PG_DIALECT)))
+
+
+def _on_conflict_clause(sql: str) -> str:
+    return sql[sql.index(" ON CONFLICT ") :]
 
 
 def _upsert_add(

@@ -493,8 +493,8 @@ def commit_batch(connection: Connection, jobs: Sequence[IngestJob]) -> list[Any]
     """Store a batch of requests in the caller's write transaction; one outcome per job: its
     ``MeasurementsAdded``, or a ``ProblemError`` (revoked key: 401; run gone or another tenant's: 404)
     for a job that stored nothing. Jobs are applied in order, so the first write of a step wins.
-    The reads and the writes are one call each (``service.store.ingest``: one query text each on
-    PostgreSQL); only repeated steps and a run's step buckets being built or widened read in between."""
+    The reads and the writes are one call each (``service.store.ingest``); only repeated steps and a
+    run's step buckets being built or widened read in between."""
     steps = _batch_steps(jobs)
     answer: Any = None
     while True:
@@ -539,7 +539,7 @@ async def commit_batch_async(
             return outcomes
         if isinstance(request, _Lock):
             # The loop's writer connection is in autocommit mode: the lock begins the transaction and
-            # the writes commit it, each in its query text (two waits a batch).
+            # the writes commit it, each in its pipeline (two waits a batch).
             answer = await ingest_store.lock_for_ingest_async(
                 connection,
                 key_ids=request.key_ids,
