@@ -1496,6 +1496,8 @@ def main(argv: list[str] | None = None) -> int:
         stem = f"{datetime.now(UTC):%Y-%m-%d}-{short_machine()}-store-{'-'.join(backends)}"
         if options.quick:
             stem += "-quick"
+        # The commit in the name: a later run the same day on the same kind of machine adds a file.
+        stem += "-" + version.replace("+", "-")
         markdown = [
             f"# bench_store — {server_module.machine_description()}",
             "",
