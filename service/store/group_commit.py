@@ -44,7 +44,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -381,10 +381,19 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         routine: tuple[type[Exception], ...] = (),
         lanes: int = 1,
         connect_timeout_seconds: int = 5,
+        session_settings: Mapping[str, str] | None = None,
+        replan_seconds: float | None = None,
     ) -> None:
         """``routine``: what ``process`` raises for a batch that is the thread's by design (logged
-        quietly; anything else is logged as a warning, with its traceback)."""
+        quietly; anything else is logged as a warning, with its traceback). ``session_settings``:
+        PostgreSQL settings of the writer's sessions (sent at connect). ``replan_seconds``: before a
+        batch, a connection whose plans are older than this drops them (``DISCARD PLANS``; its
+        prepared statements stay and are planned again when next run)."""
         self._conninfo = conninfo
+        self._connect_options = " ".join(
+            f"-c {name}={value}" for name, value in (session_settings or {}).items()
+        )
+        self._replan_seconds = replan_seconds
         self._routine = routine
         self._process = process
         self._fallback = fallback
@@ -399,6 +408,7 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
         self.batches = 0  # committed here
         self.jobs = 0
         self.handed_over = 0  # batches given to the thread
+        self.replans = 0  # DISCARD PLANS sent (replan_seconds)
 
     async def submit(self, job: Job) -> Result:
         """Queue ``job``; return its result once its batch has committed (or raise its error)."""
@@ -469,12 +479,20 @@ class AsyncGroupCommitWriter(Generic[Job, Result]):
 
         if lane.connection is None or lane.connection.closed:
             connection = await psycopg.AsyncConnection.connect(
-                self._conninfo, connect_timeout=self._connect_timeout_seconds, autocommit=True
+                self._conninfo,
+                connect_timeout=self._connect_timeout_seconds,
+                autocommit=True,
+                options=self._connect_options or None,
             )
             # JSON columns read with orjson (what the engine's connections read with the standard
             # library, the same values: ~3x faster).
             psycopg.types.json.set_json_loads(orjson.loads, connection)
             lane.connection = connection
+            lane.planned_at = time.monotonic()
+        elif self._replan_seconds is not None and time.monotonic() - lane.planned_at >= self._replan_seconds:
+            await lane.connection.execute("DISCARD PLANS")
+            lane.planned_at = time.monotonic()
+            self.replans += 1
         return lane.connection
 
     async def _roll_back(self, lane: _Lane) -> None:
@@ -511,3 +529,5 @@ class _Lane:
 
     task: asyncio.Task[None] | None = None
     connection: Any = None
+    #: time.monotonic() when the connection's plans were last dropped (or it connected).
+    planned_at: float = 0.0

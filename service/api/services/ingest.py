@@ -749,6 +749,8 @@ class MeasurementIngest:
                 # forms and starts (one-measurement POSTs at 16 connections, 2-core Xeon: 2,200-2,270
                 # requests/s with one lane, 2,470-2,520 with two; three gained nothing more).
                 lanes=2,
+                session_settings=ingest_store.PG_SESSION_SETTINGS,
+                replan_seconds=ingest_store.PG_REPLAN_SECONDS,
             )
 
     async def aclose(self) -> None:
