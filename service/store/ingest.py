@@ -12,8 +12,9 @@ Two ways:
   takes only the batches the loop's way does not (large ones, whose rows COPY takes; those that need a
   lookup or rebuild step buckets; those that failed on the loop).
 * PostgreSQL on the event loop (``lock_for_ingest_async``, ``write_ingest_async``; the common batch),
-  over an asyncio connection. Each call is a pipeline of prepared statements: one wait each (BEGIN
-  rides with the lock, COMMIT with the writes), and a wait is an ``await``. In the thread a batch had
+  over an asyncio connection. Each call is a pipeline of prepared statements (``_pg_pipeline``: sent
+  in one flush, read as they arrive): one wait each (BEGIN rides with the lock, COMMIT with the
+  writes), and a wait is an ``await``. In the thread a batch had
   made about a dozen waits (the pool's pre-ping, BEGIN, the key check, the lock, the insert, the
   histogram upsert and read-back, the summaries, the fleet and tenant moves, COMMIT), each one
   releasing the GIL and winning it back from the event loop: ~0.5-1 ms a wait under load, where the
@@ -54,6 +55,7 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Dialect
 
 from service.domain.fleet import SeriesBin
+from service.store import _pg_pipeline
 from service.store import runs as run_store
 from service.store.tables import (
     api_keys,
@@ -208,28 +210,25 @@ async def lock_for_ingest_async(
     begin: bool = False,
 ) -> LockedForIngest:
     """:func:`lock_for_ingest` on an asyncio psycopg connection (PostgreSQL; the event loop's writer:
-    service.store.group_commit.AsyncGroupCommitWriter), in pipeline mode: the statements sent together,
-    prepared on the server (parsed and planned once a connection: PostgreSQL's CPU per one-measurement
-    request halved against one query text parsed each time, 0.24 -> 0.11 ms), one wait for the
-    answers. ``begin``: BEGIN the transaction in the same pipeline (on a connection in autocommit
-    mode, where psycopg sends no BEGIN of its own)."""
+    service.store.group_commit.AsyncGroupCommitWriter), in one pipeline (``_pg_pipeline``): the
+    statements sent together, prepared on the server (parsed and planned once a connection:
+    PostgreSQL's CPU per one-measurement request halved against one query text parsed each time,
+    0.24 -> 0.11 ms), one wait for the answers. ``begin``: BEGIN the transaction in the same pipeline
+    (the connection is in autocommit mode)."""
     parameters = _lock_parameters(key_ids, run_ids, series_above)
-    statements = _pg_lock_statements()
-    cursors = [connection.cursor() for _ in statements]
-    async with connection.pipeline():
-        if begin:
-            await connection.execute("BEGIN")
-        for cursor, (sql, names) in zip(cursors, statements, strict=True):
-            await cursor.execute(sql, {name: parameters[name] for name in names}, prepare=True)
-    return _locked([await cursor.fetchall() for cursor in cursors], utc=True)
+    commands: list[_pg_pipeline.Command] = [b"BEGIN"] if begin else []
+    commands += [statement.bind(parameters) for statement in _pg_lock_statements()]
+    results = await _pg_pipeline.run(connection, commands)
+    return _locked(results[1:] if begin else results, utc=True)
 
 
 @lru_cache(maxsize=1)
-def _pg_lock_statements() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The lock's statements in psycopg's parameter style, each with the parameters it takes."""
-    texts = [_driver_sql(statement, _PSYCOPG) for statement in _lock_queries("postgresql").statements]
-    names = ("key_ids", "run_ids", "series_above")
-    return tuple((text, tuple(name for name in names if f"%({name})s" in text)) for text in texts)
+def _pg_lock_statements() -> tuple[_pg_pipeline.Statement, ...]:
+    """The lock's statements, to be prepared on the loop writer's connections."""
+    return tuple(
+        _pg_pipeline.Statement.from_psycopg(_driver_sql(statement, _PSYCOPG), prefix="teff_ingest")
+        for statement in _lock_queries("postgresql").statements
+    )
 
 
 def _lock_parameters(key_ids: Sequence[int], run_ids: Sequence[str], series_above: int) -> dict[str, Any]:
@@ -339,11 +338,15 @@ async def write_ingest_async(
         or writes.series_replacements
     ):
         raise NeedsWriterThread
-    async with connection.pipeline(), connection.cursor() as cursor:
-        for sql, parameters in _pg_write_statements(writes):
-            await cursor.execute(sql, parameters, prepare=True)
-        if commit:
-            await connection.execute("COMMIT")
+    commands: list[_pg_pipeline.Command] = [
+        (_pg_write_statement(sql), parameters) for sql, parameters in _pg_write_statements(writes)
+    ]
+    await _pg_pipeline.run(connection, [*commands, b"COMMIT"] if commit else commands)
+
+
+@lru_cache(maxsize=8)
+def _pg_write_statement(sql: str) -> _pg_pipeline.Statement:
+    return _pg_pipeline.Statement.from_psycopg(sql, prefix="teff_ingest")
 
 
 def _pg_write_statements(writes: IngestWrites) -> list[tuple[str, list[Any]]]:
