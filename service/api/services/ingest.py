@@ -745,10 +745,12 @@ class MeasurementIngest:
                 name="measurement-ingest-loop",
                 on_batch=observe_ingest_batch,
                 routine=(ingest_store.NeedsWriterThread,),
-                # Two batches in the database at once: while one waits for its answers, the next
-                # forms and starts (one-measurement POSTs at 16 connections, 2-core Xeon: 2,200-2,270
-                # requests/s with one lane, 2,470-2,520 with two; three gained nothing more).
-                lanes=2,
+                # Three batches in the database at once: while one waits for its answers, the next
+                # form and start (one-measurement POSTs at 16 connections, 2-core Xeon: 2,200-2,270
+                # requests/s with one lane, 2,470-2,520 with two. With the libpq pipeline, 2-core
+                # EPYC, two against three in turn, 2 x 6 s each: 1,270-1,536 with two, 1,457-1,743
+                # with three, the trivial POST alike).
+                lanes=3,
                 session_settings=ingest_store.PG_SESSION_SETTINGS,
                 replan_seconds=ingest_store.PG_REPLAN_SECONDS,
             )
