@@ -73,7 +73,7 @@ class Statement:
                 raise ValueError(f"{name}: named and positional parameters mixed")
             pieces = text.split("%s")
             text = pieces[0] + "".join(f"${index}{piece}" for index, piece in enumerate(pieces[1:], 1))
-        if "%" in text.replace("%%", ""):
+        if "%" in text:
             raise ValueError(f"{name}: a parameter placeholder left unconverted")
         return cls(name.encode(), text.encode(), tuple(names))
 

@@ -351,7 +351,7 @@ def _fails_every_job(exc: Exception) -> bool:
 
 
 class AsyncGroupCommitWriter(Generic[Job, Result]):
-    """PostgreSQL: batches committed on the event loop itself, over one asyncio psycopg connection.
+    """PostgreSQL: batches committed on the event loop itself, over asyncio psycopg connections (one per lane).
 
     Why: the writer thread waits for the database about four times a batch, and each wait releases
     the GIL, which the thread then has to win back from the event loop: ~1 ms a wait under load, where
