@@ -23,6 +23,7 @@ from service.api.middleware import RequestContextMiddleware
 from service.api.openapi import build_openapi
 from service.api.ops import router as ops_router
 from service.api.routers import MATCH_ORDER, ROUTERS, TAGS
+from service.api.services.ingest import MeasurementIngest
 from service.observability import LOGGER_NAME
 from service.settings import Settings, load_settings
 from service.store import migrate
@@ -115,7 +116,17 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         openapi_tags=TAGS,
     )
     app.state.settings = settings
-    app.state.principal_cache = PrincipalCache()
+    app.state.principal_cache = principal_cache = PrincipalCache()
+
+    def make_measurement_ingest() -> MeasurementIngest:
+        return MeasurementIngest(
+            app.state.engine,
+            admission=getattr(app.state, "database_admission", None),
+            on_revoked_key=principal_cache.forget,
+            helper_process=settings.ingest_helper_process,
+        )
+
+    app.state.make_measurement_ingest = make_measurement_ingest
     if engine is not None:
         app.state.engine = engine
     install_handlers(app)

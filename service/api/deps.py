@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Protocol
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -15,12 +15,18 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.api.problems import FORBIDDEN, UNAUTHORIZED, UNAUTHORIZED_HEADERS, ProblemError, invalid_api_key
+from service.api.schemas.runs import MeasurementsAdded
 from service.settings import Settings
 from service.store import keys
 from service.store.uow import UnitOfWork
 
-if TYPE_CHECKING:
-    from service.api.services.ingest import MeasurementIngest
+
+class MeasurementIngest(Protocol):
+    """What a route needs of the app's measurement ingest (built by the app factory)."""
+
+    async def add(
+        self, *, principal: keys.Principal, run_id: str, body: bytes, max_items: int
+    ) -> MeasurementsAdded: ...
 
 
 async def get_settings(request: Request) -> Settings:
@@ -53,21 +59,12 @@ def write_uow(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[UnitOf
 
 
 def measurement_ingest(request: Request) -> MeasurementIngest:
-    """The app's ingest pipeline (made on first use: its writer thread starts then, and the lifespan
-    closes it at shutdown)."""
+    """The app's ingest pipeline, made on first use by the factory the app put in its state (its
+    writer starts then, and the lifespan closes it at shutdown)."""
     state = request.app.state
     ingest: MeasurementIngest | None = getattr(state, "measurement_ingest", None)
     if ingest is None:
-        from service.api.services.ingest import MeasurementIngest  # it imports this module
-
-        cache: PrincipalCache = state.principal_cache
-        settings: Settings = state.settings
-        ingest = state.measurement_ingest = MeasurementIngest(
-            state.engine,
-            admission=getattr(state, "database_admission", None),
-            on_revoked_key=cache.forget,
-            helper_process=settings.ingest_helper_process,
-        )
+        ingest = state.measurement_ingest = state.make_measurement_ingest()
     return ingest
 
 

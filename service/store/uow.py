@@ -26,6 +26,11 @@ from sqlalchemy.exc import OperationalError
 
 from service.store.engine import WRITE_OPTION
 
+#: The handles the layers above the store hold without using SQL themselves: one database (the app's
+#: engine, made by its lifespan) and one open transaction's connection (a unit of work's).
+Database = Engine
+Transaction = Connection
+
 
 class WriteLockBusy(Exception):
     """A no-wait write unit of work found the write lock held (by this process or another)."""

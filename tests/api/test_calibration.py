@@ -17,10 +17,16 @@ from typing import Any
 
 import pytest
 
-from service.api import calibration
-from service.api.calibration import FitCache, StoredCalibration, fit_cache, fit_stored_runs, stored_run_inputs
 from service.store import runs as store
 from service.store.uow import UnitOfWork
+from service.usecases import calibration
+from service.usecases.calibration import (
+    FitCache,
+    StoredCalibration,
+    fit_cache,
+    fit_stored_runs,
+    stored_run_inputs,
+)
 from tests.api.conftest import StoreClient, measurement
 
 PREDICT = "/v1/predictions/step"

@@ -13,7 +13,7 @@ import pytest
 
 PARENT = """
 import os, sys, time
-from service.api.helper_processes import helper_pool
+from service.usecases.helper_processes import helper_pool
 pool = helper_pool()
 print(pool.submit(os.getpid).result(), flush=True)
 time.sleep(600)

@@ -7,10 +7,10 @@ from typing import Literal
 from fastapi import APIRouter, Request
 
 from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
+from service.api.presenters.memory import GIB, domain_layout, layout_read
+from service.api.presenters.plans import describe_layout, search_layouts
+from service.api.presenters.predictions import largest_loss, make_cluster, run_prediction
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
-from service.api.routers.memory import GIB, domain_layout, layout_read
-from service.api.routers.plans import describe_layout, search_layouts
-from service.api.routers.predictions import largest_loss, make_cluster, run_prediction
 from service.api.schemas.efficiency import (
     AcceleratorBrief,
     JobCostRead,

@@ -46,7 +46,6 @@ from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
-from service.api.helper_processes import helper_pool
 from service.api.problems import NOT_FOUND, VALIDATION_ERROR, ProblemError, invalid_api_key
 from service.api.resolve import resolve_accelerator, with_field_prefix
 from service.api.schemas.common import HardwareRef
@@ -60,6 +59,7 @@ from service.store import runs as store
 from service.store.group_commit import AsyncGroupCommitWriter, GroupCommitWriter
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
+from service.usecases.helper_processes import helper_pool
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The run's recorded description (model, accelerator and count, parallel layout, global batch, precision,
 FLOPs convention) is predicted with :func:`service.domain.performance.predict_step` under the fleet
-calibration of its accelerator (:func:`service.api.calibration.stored_calibration`; the defaults, said
+calibration of its accelerator (:func:`service.usecases.calibration.stored_calibration`; the defaults, said
 so, when the fleet has too few runs to fit), and set beside the run's median MFU. The largest components
 of the predicted step other than useful FLOPs are named in plain language with what they cost in MFU
 points; the gap between predicted and measured MFU is what the model does not explain. A run that does
@@ -17,21 +17,21 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from service.api.calibration import (
-    STORED_RUN_ASSUMPTIONS,
-    StoredCalibration,
-    calibration_read,
-    stored_calibration,
-    stored_run_inputs,
-)
-from service.api.routers.memory import layout_read
-from service.api.routers.predictions import losses, prediction_warnings
+from service.api.calibration import calibration_read
+from service.api.presenters.memory import layout_read
+from service.api.presenters.predictions import losses, prediction_warnings
 from service.api.schemas.performance import BreakdownComponentName
 from service.api.schemas.runs import PredictedLossRead, RunPredictionRead
 from service.domain import fleet, hardware
 from service.domain.errors import DomainError
 from service.domain.performance import StepPrediction
 from service.store import runs as store
+from service.usecases.calibration import (
+    STORED_RUN_ASSUMPTIONS,
+    StoredCalibration,
+    stored_calibration,
+    stored_run_inputs,
+)
 
 #: Components of the predicted step named in an answer (largest first).
 TOP_LOSSES = 3

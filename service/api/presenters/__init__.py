@@ -1,0 +1,2 @@
+"""Presenters: domain objects -> response schemas, and request schemas -> domain objects, shared by
+routers (a router never imports another router)."""

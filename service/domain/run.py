@@ -1,0 +1,103 @@
+"""A stored training run as the domain sees it: what it runs on (from the description it was recorded
+with) and its measurement summary, with the rule that updates the summary when measurements arrive.
+
+The summary is what lists, comparisons and fleet statistics read instead of the measurement history
+(DESIGN.md section 5): the count, the first time, the latest step's reading, and the median MFU from the
+run's MFU histogram (:func:`service.domain.fleet.percentile_from_histogram`), with its fleet bin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from service.domain import fleet, hardware, models
+
+
+@dataclass(frozen=True, slots=True)
+class NewMeasurement:
+    """What the summary reads of one measurement of a step the run did not have."""
+
+    step: int
+    measured_at: datetime
+    mfu: float
+    tokens_per_second: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run's measurement summary (all None / 0 before its first measurement)."""
+
+    measurement_count: int = 0
+    median_mfu: float | None = None
+    fleet_bin: int | None = None
+    first_measured_at: datetime | None = None
+    latest_step: int | None = None
+    latest_measured_at: datetime | None = None
+    latest_mfu: float | None = None
+    latest_tokens_per_second: float | None = None
+
+    def after(self, fresh: Sequence[NewMeasurement], histogram: Mapping[int, int]) -> RunSummary:
+        """The summary once ``fresh`` measurements (of steps the run did not have) are stored, given the
+        run's MFU histogram with them counted: the count grows, the median is the histogram's (and
+        its fleet bin), the first time may move earlier, and the latest_* fields follow the highest
+        step only (a late report of a lower step does not move them)."""
+        if not fresh:
+            return self
+        median = fleet.percentile_from_histogram(dict(histogram), 0.5)
+        if median is None:
+            raise ValueError("the run's histogram is empty after adding measurements")
+        first = min(measurement.measured_at for measurement in fresh).astimezone(UTC)
+        top = max(fresh, key=lambda measurement: measurement.step)
+        summary = replace(
+            self,
+            measurement_count=self.measurement_count + len(fresh),
+            median_mfu=median,
+            fleet_bin=fleet.mfu_bin(median),
+            first_measured_at=first
+            if self.first_measured_at is None or first < self.first_measured_at
+            else self.first_measured_at,
+        )
+        if self.latest_step is not None and top.step <= self.latest_step:
+            return summary
+        return replace(
+            summary,
+            latest_step=top.step,
+            latest_measured_at=top.measured_at.astimezone(UTC),
+            latest_mfu=top.mfu,
+            latest_tokens_per_second=top.tokens_per_second,
+        )
+
+
+#: The summary's field names (as the store's run record names them too).
+SUMMARY_FIELDS = tuple(RunSummary.__dataclass_fields__)
+
+
+def stored_model(spec: Mapping[str, Any]) -> models.ModelSpec:
+    """The model of a run's stored description (``spec["model"]``: a preset id, dimensions, or a
+    Hugging Face config, exactly as validated when the run was recorded)."""
+    model = spec["model"]
+    if model.get("preset") is not None:
+        return models.get_preset(model["preset"]).spec
+    if model.get("dimensions") is not None:
+        return models.build_model_spec(**model["dimensions"])
+    return models.from_hf_config(model["hf_config"])
+
+
+def stored_accelerator(spec: Mapping[str, Any]) -> hardware.Accelerator:
+    """The accelerator of a run's stored description (``spec["hardware"]``: a catalog id or device
+    name, or a caller-described part)."""
+    given = spec["hardware"]
+    custom = given.get("custom")
+    if custom is None:
+        return hardware.lookup_accelerator(given["accelerator"])
+    return hardware.custom_accelerator(
+        name=custom["name"],
+        peak_tflops={str(key): value for key, value in custom["peak_tflops"].items()},
+        memory_bytes=custom.get("memory_bytes"),
+        hbm_bandwidth_bytes_per_second=custom.get("hbm_bandwidth_bytes_per_second"),
+        intra_node_bandwidth_bytes_per_second=custom.get("intra_node_bandwidth_bytes_per_second"),
+        tdp_watts=custom.get("tdp_watts"),
+    )
