@@ -35,9 +35,9 @@ transaction per chunk of runs, and reuses the service's code for every value the
   budget, price) are then set on a copy.
 * measurement rows: ``service.api.services.ingest.measurement_rows`` (the ingest path's own function:
   throughput form → tokens/s → MFU, HFU, TFLOP/s, tokens/s per device) on items shaped like the
-  validated JSON; written with ``service.store.runs.insert_measurements`` (executemany on SQLite, COPY on
-  PostgreSQL: the ingest path's own writer).
-* summaries: ``service.api.services.ingest.summary_after`` (the ingest path's own function) on the
+  validated JSON; written with ``service.store.runs.insert_measurements`` (multi-row INSERTs on SQLite,
+  COPY on PostgreSQL: the ingest path's own writer).
+* summaries: ``service.usecases.measurements.summary_after`` (the ingest path's own function) on the
   run with no measurements, given the histogram ``fleet.bin_counts`` makes of all its rows. Tenant and
   fleet histograms are added with the store's upsert (``service.store.runs._upsert_add``: counter += n), the fleet one only for catalog
   accelerators (as ``move_run_in_histograms``).
@@ -97,6 +97,7 @@ from service.store.tables import (
     tenant_mfu_bins,
 )
 from service.store.uow import UnitOfWork
+from service.usecases.measurements import summary_after
 
 ADMIN_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -617,10 +618,10 @@ _SUMMARY_FIELDS = (
 
 def _summary(template: store.RunRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The run summary as the ingest path keeps it, from all of a run's measurement rows at once:
-    ``ingest.summary_after`` (the ingest path's own function) on a run with no measurements, given
+    ``summary_after`` (the ingest path's own function) on a run with no measurements, given
     the histogram ``fleet.bin_counts`` makes of them."""
     bins = fleet.bin_counts(row["mfu"] for row in rows)
-    after = ingest.summary_after(template, store.measurement_values(rows), bins, now=NOW)
+    after = summary_after(template, store.measurement_values(rows), bins, now=NOW)
     values = {name: getattr(after, name) for name in _SUMMARY_FIELDS}
     if values["median_mfu"] is None:
         values["median_mfu"] = NO_MFU  # the column's "none yet"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,28 +46,6 @@ silently changes an answer.
 """
 
 
-#: Allocations (net container objects) between two collections of the youngest generation, and
-#: collections of each generation between two of the next (CPython's defaults: 700, 10, 10).
-GC_THRESHOLDS = (20_000, 20, 20)
-
-
-def tune_garbage_collector() -> None:
-    """Collect once, freeze what start-up made (the catalogs, schemas, routes, SQLAlchemy's metadata:
-    alive for the process's life) out of the collector's reach, and raise its thresholds (GC_THRESHOLDS).
-
-    Why: a request allocates a few hundred container objects, so at CPython's default of 700 the young
-    generation was collected every few requests and the whole heap traversed every few hundred. One-
-    measurement POSTs on PostgreSQL at 16 connections (2-core Xeon, same build, runs in turn): 2,380-
-    2,460 requests/s as is, 2,610-2,890 with the thresholds raised, 2,670-2,710 with start-up frozen,
-    2,650-2,690 with both (the server's CPU per request 0.41 -> 0.37 ms). The memory cost is bounded:
-    cyclic garbage waits for at most 20,000 net allocations before it is found. Frozen objects are
-    never collected: start-up garbage is collected first, so only what start-up keeps is frozen.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def _operation_id(route: APIRoute) -> str:
     return route.name
 
@@ -93,8 +70,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         if settings.check_schema_on_start:
             # Refuse to serve on an out-of-date schema (a deploy runs `teff db upgrade` first).
             migrate.ensure_schema_current(app.state.engine)
-        if settings.gc_tuning:
-            tune_garbage_collector()
         try:
             yield
         finally:
@@ -123,7 +98,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             app.state.engine,
             admission=getattr(app.state, "database_admission", None),
             on_revoked_key=principal_cache.forget,
-            helper_process=settings.ingest_helper_process,
         )
 
     app.state.make_measurement_ingest = make_measurement_ingest

@@ -33,13 +33,6 @@ INGEST_BATCH_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 
-INGEST_LARGE_BODIES = Counter(
-    "teff_ingest_large_bodies_total",
-    "Measurement bodies over 256 KiB, by where they were parsed and computed (the ingest helper "
-    "process, or the server's own when the helper is off, starting, failed or the body is invalid)",
-    ["prepared_in"],
-)
-
 
 def observe_ingest_batch(requests: int, seconds: float) -> None:
     INGEST_BATCH_REQUESTS.observe(requests)

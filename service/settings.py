@@ -43,16 +43,6 @@ class Settings(BaseSettings):
     )
     max_batch_items: int = Field(default=1000, ge=1, description="items per /v1/mfu/batch call")
     max_measurements_per_request: int = Field(default=10_000, ge=1)
-    ingest_helper_process: bool = Field(
-        default=True,
-        description="parse and compute large measurement batches (bodies over 256 KiB) in a helper "
-        "process, so that they use a second core (on a machine with one, never)",
-    )
-    gc_tuning: bool = Field(
-        default=True,
-        description="after start-up, freeze what start-up made out of the cyclic garbage collector's "
-        "reach and collect the young generation less often (see service.app.tune_garbage_collector)",
-    )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated origins allowed by CORS; empty = CORS off"
     )

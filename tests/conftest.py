@@ -126,12 +126,6 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 
 def make_settings(database_url: str, **overrides: object) -> Settings:
-    # Large measurement bodies are parsed in the server's own process unless a test asks for the
-    # helper process (tests/api/test_ingest_helper.py): which one a body goes to depends on when the
-    # helper has started, and every app would start one.
-    overrides.setdefault("ingest_helper_process", False)
-    # Freezing the heap at each app's start would keep every earlier test's objects for good.
-    overrides.setdefault("gc_tuning", False)
     return Settings(database_url=database_url, **overrides)  # type: ignore[arg-type]
 
 

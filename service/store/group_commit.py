@@ -27,28 +27,21 @@ write lock), and then the batch goes to the writer thread as usual. The loop is 
 transaction (a few milliseconds for a batch of light jobs), which a GIL-bound process would have
 spent anyway. Not for PostgreSQL: there every statement is a network round trip the loop would wait on.
 
-PostgreSQL on the event loop (:class:`AsyncGroupCommitWriter`): there the thread's waits for the
-database are GIL hand-offs, ~1 ms each under load; on the loop they are ``await`` s. The loop's writer
-commits the common batches over connections of its own and hands any other to the thread's.
-
-Public surface: :class:`GroupCommitWriter` (``submit``, ``close``), :class:`AsyncGroupCommitWriter`
-(``submit``, ``aclose``) and :class:`WriterClosed`.
+Public surface: :class:`GroupCommitWriter` (``submit``, ``close``) and :class:`WriterClosed`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import orjson
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -348,186 +341,3 @@ class GroupCommitWriter(Generic[Job, Result]):
 def _fails_every_job(exc: Exception) -> bool:
     """Errors of the database rather than of a job: retrying job by job would only repeat them."""
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
-
-
-class AsyncGroupCommitWriter(Generic[Job, Result]):
-    """PostgreSQL: batches committed on the event loop itself, over asyncio psycopg connections (one per lane).
-
-    Why: the writer thread waits for the database about four times a batch, and each wait releases
-    the GIL, which the thread then has to win back from the event loop: ~1 ms a wait under load, where
-    the database answers in ~0.2 ms. On the loop a wait is an ``await``: the loop serves requests
-    meanwhile and nothing is handed between threads.
-
-    Batches form as in the thread: while one is in the database, the jobs submitted meanwhile queue,
-    and the next batch takes them all (up to ``max_batch_weight``). The connection is in autocommit
-    mode: ``process(connection, jobs)`` begins the transaction itself in its first pipeline (so
-    BEGIN costs no wait of its own) and may commit it with its last; the writer commits whatever it
-    left open. Anything it raises (``fallback`` work it does not
-    do, such as reads the batch turns out to need; a constraint; a lost connection) rolls the
-    transaction back, and the batch goes to ``fallback``, the thread's writer, which has every path
-    and the job-by-job retry. A connection that fails is replaced for the next batch.
-    """
-
-    def __init__(
-        self,
-        conninfo: str,
-        process: Callable[[Any, Sequence[Job]], Any],
-        *,
-        fallback: GroupCommitWriter[Job, Result],
-        weight: Callable[[Job], int] = lambda _job: 1,
-        max_batch_weight: int = 50_000,
-        name: str = "group-commit-async",
-        on_batch: Callable[[int, float], None] | None = None,
-        routine: tuple[type[Exception], ...] = (),
-        lanes: int = 1,
-        connect_timeout_seconds: int = 5,
-        session_settings: Mapping[str, str] | None = None,
-        replan_seconds: float | None = None,
-    ) -> None:
-        """``routine``: what ``process`` raises for a batch that is the thread's by design (logged
-        quietly; anything else is logged as a warning, with its traceback). ``session_settings``:
-        PostgreSQL settings of the writer's sessions (sent at connect). ``replan_seconds``: before a
-        batch, a connection whose plans are older than this drops them (``DISCARD PLANS``; its
-        prepared statements stay and are planned again when next run)."""
-        self._conninfo = conninfo
-        self._connect_options = " ".join(
-            f"-c {name}={value}" for name, value in (session_settings or {}).items()
-        )
-        self._replan_seconds = replan_seconds
-        self._routine = routine
-        self._process = process
-        self._fallback = fallback
-        self._weight = weight
-        self._max_batch_weight = max_batch_weight
-        self._name = name
-        self._on_batch = on_batch
-        self._connect_timeout_seconds = connect_timeout_seconds
-        self._waiting: collections.deque[_Pending[Job]] = collections.deque()
-        self._lanes = [_Lane() for _ in range(lanes)]
-        self._closed = False
-        self.batches = 0  # committed here
-        self.jobs = 0
-        self.handed_over = 0  # batches given to the thread
-        self.replans = 0  # DISCARD PLANS sent (replan_seconds)
-
-    async def submit(self, job: Job) -> Result:
-        """Queue ``job``; return its result once its batch has committed (or raise its error)."""
-        if self._closed:
-            raise WriterClosed(f"{self._name} writer is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._waiting.append(_Pending(job, self._weight(job), loop, future))
-        for lane in self._lanes:
-            if lane.task is None:
-                lane.task = loop.create_task(self._run(lane))
-                break
-        result: Result = await future
-        return result
-
-    async def _run(self, lane: _Lane) -> None:
-        try:
-            while self._waiting:
-                batch: list[_Pending[Job]] = []
-                total = 0
-                while self._waiting and (
-                    not batch or total + self._waiting[0].weight <= self._max_batch_weight
-                ):
-                    pending = self._waiting.popleft()
-                    batch.append(pending)
-                    total += pending.weight
-                await self._commit(lane, batch)
-        finally:
-            lane.task = None
-
-    async def _commit(self, lane: _Lane, batch: list[_Pending[Job]]) -> None:
-        started = time.perf_counter()
-        try:
-            connection = await self._connected(lane)
-            try:
-                outcomes = await self._process(connection, [pending.job for pending in batch])
-                if len(outcomes) != len(batch):
-                    raise RuntimeError(f"{self._name}: {len(outcomes)} outcomes for {len(batch)} jobs")
-                await connection.commit()
-            except BaseException:
-                await self._roll_back(lane)
-                raise
-        except asyncio.CancelledError:
-            self._fallback._to_thread(batch)
-            raise
-        except Exception as exc:
-            if isinstance(exc, self._routine):
-                logger.debug("%s: a batch goes to the writer thread (%s)", self._name, type(exc).__name__)
-            else:
-                logger.warning(
-                    "%s: a batch failed on the event loop; the writer thread commits it",
-                    self._name,
-                    exc_info=True,
-                )
-            self.handed_over += 1
-            self._fallback._to_thread(batch)
-            return
-        self.batches += 1
-        self.jobs += len(batch)
-        if self._on_batch is not None:
-            self._on_batch(len(batch), time.perf_counter() - started)
-        for pending, outcome in zip(batch, outcomes, strict=True):
-            _resolve(pending.future, outcome)
-
-    async def _connected(self, lane: _Lane) -> Any:
-        import psycopg  # only PostgreSQL deployments use this writer
-        import psycopg.types.json
-
-        if lane.connection is None or lane.connection.closed:
-            connection = await psycopg.AsyncConnection.connect(
-                self._conninfo,
-                connect_timeout=self._connect_timeout_seconds,
-                autocommit=True,
-                options=self._connect_options or None,
-            )
-            # JSON columns read with orjson (what the engine's connections read with the standard
-            # library, the same values: ~3x faster).
-            psycopg.types.json.set_json_loads(orjson.loads, connection)
-            lane.connection = connection
-            lane.planned_at = time.monotonic()
-        elif self._replan_seconds is not None and time.monotonic() - lane.planned_at >= self._replan_seconds:
-            await lane.connection.execute("DISCARD PLANS")
-            lane.planned_at = time.monotonic()
-            self.replans += 1
-        return lane.connection
-
-    async def _roll_back(self, lane: _Lane) -> None:
-        connection = lane.connection
-        if connection is None:
-            return
-        try:
-            await connection.rollback()
-        except Exception:  # a broken connection: replaced for the next batch
-            lane.connection = None
-            with contextlib.suppress(Exception):
-                await connection.close()
-
-    async def aclose(self) -> None:
-        """Hand what is queued to the thread's writer (closed by its owner after this), wait for the
-        batch in flight, and close the connection."""
-        self._closed = True
-        waiting, self._waiting = list(self._waiting), collections.deque()
-        if waiting:
-            self._fallback._to_thread(waiting)
-        for lane in self._lanes:
-            if lane.task is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(lane.task)
-            if lane.connection is not None:
-                with contextlib.suppress(Exception):
-                    await lane.connection.close()
-                lane.connection = None
-
-
-@dataclass(slots=True)
-class _Lane:
-    """One batch at a time, on its own connection."""
-
-    task: asyncio.Task[None] | None = None
-    connection: Any = None
-    #: time.monotonic() when the connection's plans were last dropped (or it connected).
-    planned_at: float = 0.0

@@ -459,29 +459,6 @@ def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) 
     return [(*row[:at], text, *row[at + 1 :]) for row, text in zip(values, times, strict=True)]
 
 
-@lru_cache(maxsize=2)
-def dialect_named(name: str) -> Dialect:
-    """The dialect of a database kind (``sqlite`` or ``postgresql``): enough for
-    :func:`measurement_parameters` in a process without an engine (ingest's helper)."""
-    if name == "sqlite":
-        return _SQLITE_DIALECT
-    if name == "postgresql":
-        return _PG_DIALECT
-    raise ValueError(f"no measurement parameters for a {name} database")
-
-
-def measurement_values_from_parameters(
-    dialect: Dialect, parameters: Sequence[tuple[Any, ...]]
-) -> list[tuple[Any, ...]]:
-    """The value tuples that :func:`measurement_parameters` made ``parameters`` from (times in UTC):
-    ingest's helper process sends only the parameters, which pickle four times faster."""
-    if dialect.name == "postgresql":
-        return list(parameters)
-    at = MEASURED_AT
-    from_text = datetime.fromisoformat
-    return [(*row[:at], from_text(row[at] + "+00:00"), *row[at + 1 :]) for row in parameters]
-
-
 def insert_measurements(
     connection: Connection,
     *,
@@ -520,7 +497,6 @@ def _sqlite_multirow_insert(row_count: int) -> str:
 
 
 _SQLITE_DIALECT = sqlite.dialect()
-_PG_DIALECT = postgresql.dialect()
 
 
 _COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN"
@@ -725,20 +701,10 @@ def _upsert_statement(dialect: Dialect, table: Table, keys: tuple[str, ...], cou
     return _DriverInsert(str(compiled), None)
 
 
-def upsert_add_clause(table: Table, counter: str) -> str:
-    """PostgreSQL: the ``ON CONFLICT (primary key) DO UPDATE SET counter = counter + excluded.counter``
-    of :func:`_upsert_add`'s statement, for an INSERT of rows from elsewhere (service.store.ingest)."""
-    keys = tuple(column.name for column in table.primary_key.columns)
-    return _on_conflict_clause(_upsert_statement(_PG_DIALECT, table, keys, counter).sql)
 
 
-def series_upsert_clause() -> str:
-    """PostgreSQL: the ``ON CONFLICT ... DO UPDATE`` of :func:`add_to_series`'s statement."""
-    return _on_conflict_clause(str(series_upsert(_PG_DIALECT).compile(dialect=_PG_DIALECT)))
 
 
-def _on_conflict_clause(sql: str) -> str:
-    return sql[sql.index(" ON CONFLICT ") :]
 
 
 def _upsert_add(

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -189,35 +187,3 @@ def test_swagger_ui_and_redoc_reference_only_local_assets(client: TestClient) ->
         assert "cdn.jsdelivr" not in html and "fonts.googleapis" not in html and "unpkg" not in html
     assert client.get("/static/docs/swagger-ui-bundle.js").status_code == 200
     assert client.get("/static/docs/redoc.standalone.js").status_code == 200
-
-
-_GC_PROBE = """
-import gc, sys
-from fastapi.testclient import TestClient
-from service.app import GC_THRESHOLDS, create_app
-from tests.conftest import make_settings
-
-url, tuned = sys.argv[1], sys.argv[2] == "on"
-before = gc.get_threshold()
-with TestClient(create_app(make_settings(url, gc_tuning=tuned))) as client:
-    assert client.get("/healthz").status_code == 200
-    print(before == (700, 10, 10), gc.get_threshold() == GC_THRESHOLDS, gc.get_freeze_count() > 10_000)
-"""
-
-
-def test_a_served_app_freezes_its_start_up_and_collects_less_often_unless_told_not_to(tmp_path: Path) -> None:
-    """In a process of its own: the freeze is for the process's life."""
-    url = f"sqlite:///{tmp_path / 'teff.db'}"
-    migrate.upgrade(url)
-    root = Path(__file__).resolve().parents[2]
-    answers = {}
-    for tuned in ("on", "off"):
-        result = subprocess.run(
-            [sys.executable, "-c", _GC_PROBE, url, tuned],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        answers[tuned] = result.stdout.split()
-    assert answers == {"on": ["True", "True", "True"], "off": ["True", "False", "False"]}

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.store import migrate
 from service.store.engine import build_engine
-from service.store.group_commit import AsyncGroupCommitWriter, GroupCommitWriter, WriterClosed
+from service.store.group_commit import GroupCommitWriter, WriterClosed
 from service.store.tables import api_keys
 from service.store.uow import UnitOfWork
 
@@ -355,80 +355,3 @@ def test_closing_commits_the_light_jobs_of_the_loops_last_turn(engine: Engine) -
     answers = asyncio.run(scenario())
     assert answers == ["Z0", "Z1", "Z2"]
     assert _stored(engine) == {"z0", "z1", "z2"}
-
-
-async def _scans_of_a_prepared_lookup(connection: Any, jobs: Sequence[str]) -> list[Any]:
-    """One batch of the loop's writer: a prepared lookup by ``id = ANY($1)`` (the shape of the
-    ingest's lock), how it read the table (the session's scan counters before and after), and the
-    session's plan mode."""
-
-    async def scans() -> tuple[int, int]:
-        cursor = await connection.execute(
-            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'replan_probe'"
-        )
-        sequential, index = await cursor.fetchone()
-        return sequential, index
-
-    await connection.execute("BEGIN")
-    before = await scans()
-    await connection.execute("SELECT v FROM replan_probe WHERE id = ANY(%s)", [[1, 2, 3]], prepare=True)
-    after = await scans()
-    read = "index" if after[1] > before[1] and after[0] == before[0] else "sequential"
-    mode = await (await connection.execute("SHOW plan_cache_mode")).fetchone()
-    return [(read, mode[0]) for _ in jobs]
-
-
-def test_the_loop_writer_sets_up_its_sessions_and_remakes_its_plans_on_time(postgres_url: str) -> None:
-    """PostgreSQL, the event loop's writer: its sessions take ``session_settings``. Under
-    force_generic_plan a prepared statement keeps the plan made when first run until its table is
-    analyzed: one made on an empty table reads it sequentially however far it grows. With
-    ``replan_seconds`` the plans are dropped on time and remade for the table as it now is."""
-    engine = build_engine(postgres_url, pool_size=2)
-    with engine.begin() as connection:
-        # Wide rows (as the runs'), so that a table thought small is cheaper to read whole; not
-        # analyzed behind the test's back.
-        connection.exec_driver_sql(
-            "CREATE TABLE replan_probe (id integer PRIMARY KEY, v integer, pad char(1000)) "
-            "WITH (autovacuum_enabled = false)"
-        )
-    conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    fallback: GroupCommitWriter[str, Any] = GroupCommitWriter(engine, _insert_prefixes)
-    settings = {"plan_cache_mode": "force_generic_plan"}
-    kept = AsyncGroupCommitWriter(
-        conninfo, _scans_of_a_prepared_lookup, fallback=fallback, session_settings=settings
-    )
-    remade = AsyncGroupCommitWriter(
-        conninfo,
-        _scans_of_a_prepared_lookup,
-        fallback=fallback,
-        session_settings=settings,
-        replan_seconds=0.5,
-    )
-
-    async def scenario() -> list[Any]:
-        try:
-            first = [await kept.submit("a"), await remade.submit("a")]
-            with engine.begin() as connection:
-                connection.exec_driver_sql(
-                    "INSERT INTO replan_probe SELECT i, i, '' FROM generate_series(1, 5000) AS i"
-                )
-            await asyncio.sleep(0.6)
-            return [*first, await kept.submit("b"), await remade.submit("b")]
-        finally:
-            await kept.aclose()
-            await remade.aclose()
-
-    try:
-        answers = asyncio.run(scenario())
-        mode = "force_generic_plan"
-        assert answers == [
-            ("sequential", mode),  # the empty table: read whole
-            ("sequential", mode),
-            ("sequential", mode),  # 5,000 rows later, the plan made on the empty table
-            ("index", mode),  # dropped after 0.5 s and made again
-        ]
-        assert (kept.replans, remade.replans) == (0, 1)
-        assert kept.handed_over == remade.handed_over == 0
-    finally:
-        fallback.close()
-        engine.dispose()

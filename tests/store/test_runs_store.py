@@ -305,28 +305,3 @@ def test_measurement_times_bind_on_sqlite_as_sqlalchemy_writes_them() -> None:
     assert store._sqlite_times(times) == [bind(moment) for moment in times]
     with pytest.raises(ValueError, match="naive"):
         store._sqlite_times([datetime(2026, 12, 2)])
-
-
-def test_measurement_values_come_back_from_their_parameters() -> None:
-    # Ingest's helper process sends the driver parameters only; the server makes the values back.
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    moments = [
-        datetime(2026, 12, 2, 10, tzinfo=UTC),
-        datetime(2026, 12, 2, 12, 30, 1, 5, tzinfo=timezone(timedelta(hours=2))),
-        datetime(1, 1, 1, tzinfo=UTC),
-    ]
-    values = [
-        (7, step, moment, "tokens_per_second", 4.7e5, None, None, 4.7e5, 7.3e3, 0.41, 0.5, 300.1, 2.3, None)
-        + (None,) * 4
-        for step, moment in enumerate(moments)
-    ]
-    assert len(values[0]) == len(store.MEASUREMENT_COLUMNS)
-    for dialect in (sqlite.dialect(), postgresql.dialect()):
-        parameters = store.measurement_parameters(dialect, values)
-        back = store.measurement_values_from_parameters(dialect, parameters)
-        assert back == values  # times equal as instants
-        assert (
-            all(row[store.MEASURED_AT].utcoffset() == timedelta(0) for row in back)
-            or dialect.name == "postgresql"
-        )
