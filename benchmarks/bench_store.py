@@ -13,10 +13,10 @@ create`:
 1. Single-measurement ingest: POST /v1/runs/{id}/measurements, one item per request, every request a
    new step (64 runs in turn) at 16 connections, beside POST /bench/noop-db (a trivial POST that opens a
    write transaction) and POST /bench/noop (a trivial POST), in three rounds, on the empty database and
-   again once it is loaded. Target ≥ 0.5× the trivial POST, the median of the rounds' ratios (each
+   again once it is loaded. Target ≥ 0.35× the trivial POST and p99 ≤ 50 ms, the median of the rounds' ratios (each
    round's trivial POST and ingest run back to back; noop-db reported beside them).
 2. Bulk ingest: 10,000 measurements per request, several clients each on its own run. Target ≥ 100,000
-   measurements/s on SQLite (PostgreSQL reported beside it).
+   measurements/s on SQLite, ≥ 80,000 on PostgreSQL.
 3. Query latency at scale: a bulk loader (below) fills the database to ``--small-runs`` (10k), then
    GET /v1/runs (default sort; two filtered + sorted variants), GET /v1/runs/{id}/efficiency and
    GET /v1/stats/mfu are timed one request at a time; then it loads up to ``--runs`` (1M) with
@@ -33,18 +33,18 @@ transaction per chunk of runs, and reuses the service's code for every value the
 * run rows: ``service.api.services.runs.prepare_run`` on a ``RunCreate`` (parameter counts, size class,
   FLOPs per token, peak), once per configuration; per-run fields (start time, status, job id, tags,
   budget, price) are then set on a copy.
-* measurement rows: ``service.api.services.ingest.measurement_rows`` (the ingest path's own function:
+* measurement rows: ``service.api.services.ingest.measurement_values`` (the ingest path's own function:
   throughput form → tokens/s → MFU, HFU, TFLOP/s, tokens/s per device) on items shaped like the
-  validated JSON; written with ``service.store.runs.insert_measurements`` (multi-row INSERTs on SQLite,
+  validated JSON; written with ``service.store.measurements.insert_measurements`` (multi-row INSERTs on SQLite,
   COPY on PostgreSQL: the ingest path's own writer).
 * summaries: ``service.usecases.measurements.summary_after`` (the ingest path's own function) on the
   run with no measurements, given the histogram ``fleet.bin_counts`` makes of all its rows. Tenant and
-  fleet histograms are added with the store's upsert (``service.store.runs._upsert_add``: counter += n), the fleet one only for catalog
+  fleet histograms are added with the store's upsert (``service.store.upserts._upsert_add``: counter += n), the fleet one only for catalog
   accelerators (as ``move_run_in_histograms``).
 * a long run's step buckets (more than ``fleet.EXACT_SERIES_MAX`` measurements): the store's
   ``rebuild_series``, as ingest builds them when a run outgrows the exact series.
 * runs, tags and per-run histograms are written at the driver: executemany of the compiled INSERT on
-  SQLite (times as the store binds them, ``service.store.runs._sqlite_time``), COPY on PostgreSQL.
+  SQLite (times as the store binds them, ``service.store.measurements._sqlite_time``), COPY on PostgreSQL.
 
 PostgreSQL: the loader runs ``VACUUM ANALYZE`` after each load (what autovacuum does after a bulk load
 in a deployment; without statistics the planner guesses). SQLite: nothing (the service never runs
@@ -81,10 +81,12 @@ from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
 from benchmarks.loadgen import LoadResult, run_load, run_stream_load
 from service.api.schemas.runs import RunCreate
-from service.api.services import ingest
-from service.api.services import runs as run_service
+from service.api.services import ingest, run_creation
 from service.domain import fleet
-from service.store import runs as store
+from service.store import measurements as measurements_store
+from service.store import records as records_store
+from service.store import series as series_store
+from service.store import upserts as upserts_store
 from service.store.engine import build_engine
 from service.store.tables import (
     NO_MFU,
@@ -101,9 +103,10 @@ from service.usecases.measurements import summary_after
 
 ADMIN_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
-# Targets (issue 5).
-TARGET_SINGLE_VS_NOOP = 0.5
-TARGET_BULK_PER_SECOND = 100_000
+# Targets (issue 5; the ingest ones as issue 15 set them for one writer per database).
+TARGET_SINGLE_VS_NOOP = 0.35
+TARGET_SINGLE_P99_MS = 50.0
+TARGET_BULK_PER_SECOND = {"sqlite": 100_000, "postgresql": 80_000}
 TARGET_LIST_P50_MS = 20.0
 TARGET_EFFICIENCY_P50_MS = 20.0
 TARGET_STATS_P50_MS = 200.0
@@ -239,7 +242,7 @@ class RunConfig:
     request: dict[str, Any]
     values: dict[str, Any]  # prepare_run's values (per-run fields replaced per run)
     spec_json: str
-    template: store.RunRecord  # for measurement_rows (pk patched per run afterwards)
+    template: records_store.RunRecord  # for measurement_values (pk patched per run afterwards)
     tokens_per_second_at_full_mfu: float  # global tokens/s at MFU 1
     global_batch_tokens: int
     device_count: int
@@ -291,12 +294,12 @@ def build_configs() -> list[RunConfig]:
                         )
     configs = []
     for index, request in enumerate(requests):
-        prepared = run_service.prepare_run(RunCreate.model_validate(request), now=NOW)
+        prepared = run_creation.prepare_run(RunCreate.model_validate(request), now=NOW)
         values: dict[str, Any] = dict(prepared.values)
-        # A run record as the store reads it back (no measurements yet) for measurement_rows.
-        fields: dict[str, Any] = {name: values.get(name) for name in store._RUN_FIELDS}
+        # A run record as the store reads it back (no measurements yet) for measurement_values.
+        fields: dict[str, Any] = {name: values.get(name) for name in records_store._RUN_FIELDS}
         fields.update(pk=0, id="run_template", tenant="template", measurement_count=0, median_mfu=None)
-        template = store.RunRecord(**fields)
+        template = records_store.RunRecord(**fields)
         full_rate = (
             values["device_count"] * values["peak_tflops_per_device"] * 1e12 / values["model_flops_per_token"]
         )
@@ -353,7 +356,7 @@ class RowWriter:
         assert set(order) == set(self.columns), (order, self.columns)
         positions = [self.columns.index(name) for name in order]
         time_positions = {i for i, name in enumerate(order) if name in self.times}
-        to_text = store._sqlite_time
+        to_text = measurements_store._sqlite_time
         parameters = []
         for row in rows:
             values = [row[p] for p in positions]
@@ -396,9 +399,11 @@ class BulkLoader:
         self.random = random.Random(seed)
         self.configs = build_configs()
         self.catalog_configs = [
-            c for c in self.configs if c.values["accelerator"] != store.CUSTOM_ACCELERATOR
+            c for c in self.configs if c.values["accelerator"] != records_store.CUSTOM_ACCELERATOR
         ]
-        self.custom_configs = [c for c in self.configs if c.values["accelerator"] == store.CUSTOM_ACCELERATOR]
+        self.custom_configs = [
+            c for c in self.configs if c.values["accelerator"] == records_store.CUSTOM_ACCELERATOR
+        ]
         self.chunk_runs = chunk_runs
         self.tenant_names = [name for name, _ in TENANTS]
         self.tenant_cumulative = list(itertools.accumulate(share for _, share in TENANTS))
@@ -477,7 +482,7 @@ class BulkLoader:
         bin_rows: list[tuple[Any, ...]] = []
         tenant_deltas: Counter[tuple[str, str, str, int]] = Counter()
         fleet_deltas: Counter[tuple[str, str, int]] = Counter()
-        # Items per configuration (measurement_rows once per configuration and chunk).
+        # Items per configuration (measurement_values once per configuration and chunk).
         by_config: dict[int, tuple[list[dict[str, Any]], list[int]]] = defaultdict(lambda: ([], []))
         run_meta: list[tuple[int, str, str, RunConfig, datetime]] = []
         interval = LONG_STEP_INTERVAL if long else STEP_INTERVAL
@@ -487,7 +492,7 @@ class BulkLoader:
             custom = not long and rnd.random() < CUSTOM_SHARE
             config = rnd.choice(self.custom_configs if custom else self.catalog_configs)
             started_at = NOW - timedelta(seconds=rnd.uniform(3600 * 24, 3600 * 24 * 730))
-            run_id = store.new_run_id()
+            run_id = records_store.new_run_id()
             base_mfu = min(0.7, max(0.03, rnd.gauss(0.38, 0.1)))
             drift = rnd.uniform(-0.05, 0.05)
             rate_mean = base_mfu * config.tokens_per_second_at_full_mfu
@@ -523,7 +528,10 @@ class BulkLoader:
         per_run_rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for config_index, (items, pks) in by_config.items():
             config = self.configs[config_index]
-            rows = ingest.measurement_rows(config.template, items, now=NOW)
+            rows = [
+                dict(zip(measurements_store.MEASUREMENT_COLUMNS, values, strict=True))
+                for values in ingest.measurement_values(config.template, items, now=NOW)
+            ]
             for row, pk in zip(rows, pks, strict=True):
                 row["run_pk"] = pk
                 per_run_rows[pk].append(row)
@@ -557,11 +565,11 @@ class BulkLoader:
             if fleet_bin is not None:
                 key = (config.values["accelerator"], config.values["size_class"])
                 tenant_deltas[(tenant, *key, fleet_bin)] += 1
-                if config.values["accelerator"] != store.CUSTOM_ACCELERATOR:
+                if config.values["accelerator"] != records_store.CUSTOM_ACCELERATOR:
                     fleet_deltas[(*key, fleet_bin)] += 1
             if long:
                 stats.long_run_ids.append(run_id)
-            elif config.values["accelerator"] == store.CUSTOM_ACCELERATOR:
+            elif config.values["accelerator"] == records_store.CUSTOM_ACCELERATOR:
                 if tenant == self.tenant_names[0] and len(stats.custom_run_ids) < 50:
                     stats.custom_run_ids.append(run_id)
             elif tenant == self.tenant_names[0] and len(stats.sample_run_ids) < 2000 and rnd.random() < 0.1:
@@ -571,15 +579,15 @@ class BulkLoader:
         TAGS_WRITER.write(connection, tag_rows)
         measurement_total = 0
         for rows in measurement_batches:
-            store.insert_measurements(connection, rows=rows)  # the ingest path's own writer
+            measurements_store.insert_measurements(connection, rows=rows)  # the ingest path's own writer
             measurement_total += len(rows)
         for pk, rows in per_run_rows.items():
             if len(rows) > fleet.EXACT_SERIES_MAX:  # the stored step buckets, as ingest builds them
                 steps = [row["step"] for row in rows]
                 width = fleet.series_width(min(steps), max(steps))
-                store.rebuild_series(connection, run_pk=pk, width=width)
+                series_store.rebuild_series(connection, run_pk=pk, width=width)
         RUN_BINS_WRITER.write(connection, bin_rows)
-        store._upsert_add(
+        upserts_store._upsert_add(
             connection,
             tenant_mfu_bins,
             [
@@ -590,7 +598,7 @@ class BulkLoader:
             counter="n_runs",
             many=True,
         )
-        store._upsert_add(
+        upserts_store._upsert_add(
             connection,
             fleet_mfu_bins,
             [
@@ -616,12 +624,12 @@ _SUMMARY_FIELDS = (
 )
 
 
-def _summary(template: store.RunRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(template: records_store.RunRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The run summary as the ingest path keeps it, from all of a run's measurement rows at once:
     ``summary_after`` (the ingest path's own function) on a run with no measurements, given
     the histogram ``fleet.bin_counts`` makes of them."""
     bins = fleet.bin_counts(row["mfu"] for row in rows)
-    after = summary_after(template, store.measurement_values(rows), bins, now=NOW)
+    after = summary_after(template, measurements_store.measurement_values(rows), bins, now=NOW)
     values = {name: getattr(after, name) for name in _SUMMARY_FIELDS}
     if values["median_mfu"] is None:
         values["median_mfu"] = NO_MFU  # the column's "none yet"
@@ -1136,7 +1144,7 @@ def verify_histograms(url: str) -> dict[str, Any]:
                     tuple(row[:3]): row[3]
                     for row in connection.execute(
                         select(r.accelerator, r.size_class, r.fleet_bin, func.count())
-                        .where(r.fleet_bin.is_not(None), r.accelerator != store.CUSTOM_ACCELERATOR)
+                        .where(r.fleet_bin.is_not(None), r.accelerator != records_store.CUSTOM_ACCELERATOR)
                         .group_by(r.accelerator, r.size_class, r.fleet_bin)
                     )
                 }
@@ -1288,8 +1296,12 @@ def run_backend(
                 f"{single.requests_per_second:,.0f} req/s p50 {single.p50_ms:.1f} p99 {single.p99_ms:.1f} ms",
                 f"noop {noop.requests_per_second:,.0f} req/s",
                 f"{ratio:.2f}x",
-                f"≥ {TARGET_SINGLE_VS_NOOP}x",
-                _verdict(ratio >= TARGET_SINGLE_VS_NOOP and comparison.non_2xx == 0),
+                f"≥ {TARGET_SINGLE_VS_NOOP}x, p99 ≤ {TARGET_SINGLE_P99_MS:g} ms",
+                _verdict(
+                    ratio >= TARGET_SINGLE_VS_NOOP
+                    and single.p99_ms <= TARGET_SINGLE_P99_MS
+                    and comparison.non_2xx == 0
+                ),
             )
         )
         checks.append(
@@ -1306,15 +1318,15 @@ def run_backend(
                 f"{single.requests_per_second / noop_db.requests_per_second:.2f}x",
             )
         )
-    bulk_target = backend == "sqlite"
+    bulk_target = TARGET_BULK_PER_SECOND[backend]
     checks.append(
         Check(
             f"bulk ingest, 10,000/request, {options.bulk_clients} clients",
             f"{bulk_rate:,.0f} meas/s ({bulk.requests_per_second:.1f} req/s, p50 {_ms(bulk.p50_ms)})",
             "",
             "",
-            f"≥ {TARGET_BULK_PER_SECOND:,}/s" + ("" if bulk_target else " (SQLite)"),
-            _verdict(bulk_rate >= TARGET_BULK_PER_SECOND and bulk.errors == 0) if bulk_target else "info",
+            f"≥ {bulk_target:,}/s",
+            _verdict(bulk_rate >= bulk_target and bulk.errors == 0),
         )
     )
     load_rate_big = big.measurements / big.seconds if big.seconds else 0.0

@@ -64,8 +64,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         # Admission for requests that use the database (see deps.get_engine): a request holds at most
         # two connections at once, so half the pool's connections may be in flight; the rest wait on
         # the event loop, holding neither a thread nor a connection. Without it, 64 concurrent store
-        # requests starved: threads waited for connections held by requests waiting for a thread
-        # (benchmarks/results run_all: 30-40 s answers and 500s at 64 connections).
+        # requests starved: threads waited for connections held by requests waiting for a thread.
         app.state.database_admission = asyncio.Semaphore(max(1, max_connections(settings.db_pool_size) // 2))
         if settings.check_schema_on_start:
             # Refuse to serve on an out-of-date schema (a deploy runs `teff db upgrade` first).

@@ -12,7 +12,7 @@ A request's ``calibration`` may be:
 * constants (``{matmul_efficiency_scale, overlap_fraction}``): used as given (``request override``);
 * ``"fleet"``: :func:`service.domain.performance.fit_calibration` over the most recent stored runs on
   the request's accelerator, every tenant's, that have a median MFU and a layout the model can
-  predict (:func:`service.store.runs.calibration_observations`). Open like the endpoints themselves:
+  predict (:func:`service.store.calibration_observations.calibration_observations`). Open like the endpoints themselves:
   only the fitted constants and counts leave, never a run;
 * ``"tenant"``: the same over the API key's own runs (the key is checked with the ``read`` scope by
   the same dependency the run endpoints use, and only in this case).
@@ -36,13 +36,12 @@ from functools import partial
 from typing import Any
 
 from fastapi import Request
-from fastapi.security import APIKeyHeader, HTTPBearer
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import get_engine, require_scope
+from service.api.deps import API_KEY_HEADER, BEARER, get_engine, require_scope
 from service.api.resolve import with_field_prefix
-from service.api.schemas.performance import (
+from service.api.schemas.calibration import (
     CalibrationIn,
     CalibrationRead,
     CalibrationRequest,
@@ -59,10 +58,6 @@ REQUEST_SOURCE = "request override"
 # --------------------------------------------------------------------------------------------------
 # Requests
 
-# Read the key the way the run endpoints' security schemes do, without declaring them as this
-# operation's dependencies (the constants path must not need a key or a database).
-_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
-_bearer = HTTPBearer(auto_error=False)
 _require_read = require_scope("read")
 
 #: ``openapi_extra`` of the operations that take a ``calibration``: only ``"tenant"`` needs a key (401,
@@ -73,8 +68,10 @@ CALIBRATION_PROBLEMS: dict[str, Any] = {"x-problems": ["401", "403", "503"]}
 
 
 async def _reader(request: Request, engine: Engine) -> Principal:
-    x_api_key = await _api_key_header(request)
-    bearer = await _bearer(request)
+    # The run endpoints' security schemes, called rather than declared as this operation's
+    # dependencies: the constants path must not need a key or a database.
+    x_api_key = await API_KEY_HEADER(request)
+    bearer = await BEARER(request)
     principal: Principal = await run_in_threadpool(_require_read, engine, x_api_key, bearer)
     return principal
 

@@ -72,8 +72,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 WriteUow = Annotated[UnitOfWork, Depends(write_uow)]
 
 
-_api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKey")
-_bearer = HTTPBearer(auto_error=False, scheme_name="Bearer")
+#: The security schemes of every keyed operation (declared once; the OpenAPI document names them).
+API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKey")
+BEARER = HTTPBearer(auto_error=False, scheme_name="Bearer")
 
 
 def _presented_key(x_api_key: str | None, bearer: str | None) -> str:
@@ -109,8 +110,8 @@ def require_scope(scope: str) -> Callable[..., keys.Principal]:
 
     def dependency(
         engine: Annotated[Engine, Depends(get_engine)],
-        x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
-        bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+        x_api_key: Annotated[str | None, Security(API_KEY_HEADER)] = None,
+        bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None,
     ) -> keys.Principal:
         principal = _authenticate(engine, _presented_key(x_api_key, bearer.credentials if bearer else None))
         if principal is None:
@@ -157,9 +158,9 @@ async def principal_rechecked_on_write(request: Request, scope: str) -> keys.Pri
 
     Only for operations that re-check the key in their write transaction (``keys.active_key_ids``) and
     call ``PrincipalCache.forget`` when it was revoked: measurement ingest, the hot path, which calls
-    this directly rather than through FastAPI's dependency solving (~0.3 ms a request on a 2-core
-    machine for the three security dependencies) and declares its security in ``openapi_extra``.
-    Reads the headers as ``_api_key_header`` and ``_bearer`` do.
+    this directly rather than through FastAPI's dependency solving (which costs more than the rest of
+    a one-item request) and declares its security in ``openapi_extra``.
+    Reads the headers as ``API_KEY_HEADER`` and ``BEARER`` do.
     """
     headers = request.headers
     scheme, credentials = get_authorization_scheme_param(headers.get("authorization"))
@@ -180,7 +181,7 @@ async def _cached_principal(request: Request, key: str, scope: str) -> keys.Prin
     return _check_scope(principal, scope)
 
 
-#: The OpenAPI security requirement of every keyed operation (what ``_api_key_header`` and ``_bearer``
+#: The OpenAPI security requirement of every keyed operation (what ``API_KEY_HEADER`` and ``BEARER``
 #: declare), for operations that authenticate without FastAPI's dependencies.
 SECURITY_REQUIREMENT: list[dict[str, list[str]]] = [{"ApiKey": []}, {"Bearer": []}]
 
@@ -190,7 +191,7 @@ class ReadAccess:
     """A read request's principal and engine. The endpoint opens the read transaction itself, in its
     own thread (:meth:`unit_of_work`), and the key is checked again there: one threadpool hop and
     one connection per request, where a principal dependency and a unit-of-work dependency took
-    four hops and two connections (~40% of a list page's time on a 2-core machine)."""
+    four hops and two connections."""
 
     principal: keys.Principal
     engine: Engine
@@ -209,8 +210,8 @@ class ReadAccess:
 
 async def read_access(
     request: Request,
-    x_api_key: Annotated[str | None, Security(_api_key_header)] = None,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    x_api_key: Annotated[str | None, Security(API_KEY_HEADER)] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)] = None,
 ) -> AsyncIterator[ReadAccess]:
     """The caller's principal with the ``read`` scope (from the principal cache when the key was
     seen before: the endpoint's transaction checks it again), once the request is admitted."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -30,29 +32,57 @@ def _respond(request: Request, kind: p.ProblemKind, detail: str, **extensions: A
     )
 
 
-def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = [str(part) for part in loc]
-    if parts and parts[0] in {"body", "query", "path", "header"}:
-        where, rest = parts[0], parts[1:]
-        return f"{where}." + ".".join(rest) if rest else where
-    return ".".join(parts)
+#: Validation errors listed in one answer at most (the detail counts them all).
+MAX_REPORTED_ERRORS = 20
+
+
+def field_path(loc: Sequence[Any], *, root: str = "") -> str:
+    """A validation error's location as the one path syntax of every answer: names joined by dots,
+    list positions in brackets (``body.tags[1]``, ``body[3].throughput``, ``body.items[2].model``)."""
+    path = root
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "body"
+
+
+def validation_errors(errors: Sequence[Mapping[str, Any]], *, root: str = "") -> list[dict[str, Any]]:
+    """pydantic's errors as the ``errors`` member of a problem (at most MAX_REPORTED_ERRORS)."""
+    return [
+        {
+            "field": field_path(error.get("loc", ()), root=root),
+            # pydantic prefixes messages of custom validators with "Value error, ".
+            "message": str(error.get("msg", "invalid value")).removeprefix("Value error, "),
+            "code": error.get("type"),
+        }
+        for error in errors[:MAX_REPORTED_ERRORS]
+    ]
+
+
+def validation_detail(errors: Sequence[Mapping[str, Any]], *, total: int) -> str:
+    """The ``detail`` of a validation problem: the first error, and how many more there are."""
+    first = errors[0] if errors else {"field": "body", "message": "invalid"}
+    detail = f"{first['field']}: {first['message']}"
+    if total > 1:
+        detail += f" (and {total - 1} more in `errors`)"
+    return detail
+
+
+def validation_problem(exc: ValidationError, *, root: str = "") -> p.ProblemError:
+    """A 422 for a body validated outside FastAPI's own request validation."""
+    errors = validation_errors(exc.errors(include_url=False), root=root)
+    return p.ProblemError(
+        p.VALIDATION_ERROR, validation_detail(errors, total=exc.error_count()), errors=errors
+    )
 
 
 async def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    errors = []
-    for error in exc.errors():
-        message = str(error.get("msg", "invalid value"))
-        # pydantic prefixes messages of custom validators with "Value error, ".
-        message = message.removeprefix("Value error, ")
-        errors.append(
-            {"field": _field_path(error.get("loc", ())), "message": message, "code": error.get("type")}
-        )
-    first = errors[0] if errors else {"field": "body", "message": "invalid"}
-    detail = f"{first['field']}: {first['message']}"
-    if len(errors) > 1:
-        detail += f" (and {len(errors) - 1} more in `errors`)"
-    return _respond(request, p.VALIDATION_ERROR, detail, errors=errors)
+    raw = exc.errors()
+    errors = validation_errors(raw)
+    return _respond(request, p.VALIDATION_ERROR, validation_detail(errors, total=len(raw)), errors=errors)
 
 
 _DOMAIN_KINDS: list[tuple[type[domain_errors.DomainError], p.ProblemKind]] = [

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import TypeVar
 
@@ -13,17 +14,31 @@ from service.domain.errors import DomainError
 T = TypeVar("T")
 
 
-def with_field_prefix(prefix: str, action: Callable[[], T], *, exact: bool = False) -> T:
-    """Run ``action``; a domain error's field is re-rooted under ``prefix`` (the request path), or
-    replaced by it when ``exact`` (the whole sub-object at ``prefix`` is the one value at fault)."""
+def with_field_prefix(
+    prefix: str, action: Callable[[], T], *, exact: bool = False, fields: Mapping[str, str] | None = None
+) -> T:
+    """Run ``action``; a domain error is raised again naming the request path of its field: ``fields``
+    maps bare names to full paths, any other field goes under ``prefix`` (unless it already starts
+    with it), and ``exact`` (or a field of None) names ``prefix`` itself: the whole sub-object at
+    ``prefix`` is the one value at fault. The one place a domain error's field is re-rooted; the
+    domain's error is left as raised (a copy names the path)."""
     try:
         return action()
     except DomainError as exc:
-        if exact or exc.field is None:
-            exc.field = prefix
-        elif not exc.field.startswith(prefix):
-            exc.field = f"{prefix}.{exc.field}"
-        raise
+        name = exc.field
+        if exact or name is None:
+            path = prefix
+        elif fields and name in fields:
+            path = fields[name]
+        elif name.startswith(prefix):
+            path = name
+        else:
+            path = f"{prefix}.{name}"
+        if path == name:
+            raise
+        rooted = copy.copy(exc)
+        rooted.field = path
+        raise rooted from exc
 
 
 @lru_cache(maxsize=1024)

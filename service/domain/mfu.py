@@ -369,3 +369,33 @@ def compute_mfu_for_model(
         seq_len_tokens=seq_len_tokens,
         convention=convention,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RateFactors:
+    """What one global token/s is worth for a job: MFU, HFU, achieved TFLOP/s per device and tokens/s
+    per device are each proportional to the global rate (the job's FLOPs per token, devices and peak
+    fixed), so a measurement's values are its rate times these. Taken from one full
+    :func:`compute_mfu` of the job (:meth:`of`), they give the same values one multiply each."""
+
+    mfu: float
+    hfu: float
+    achieved_tflops_per_device: float
+    tokens_per_second_per_device: float
+
+    @classmethod
+    def of(cls, result: MfuResult) -> RateFactors:
+        rate = result.tokens_per_second
+        return cls(
+            mfu=result.mfu / rate,
+            hfu=result.hfu / rate,
+            achieved_tflops_per_device=result.achieved_tflops_per_device / rate,
+            tokens_per_second_per_device=result.tokens_per_second_per_device / rate,
+        )
+
+    def plausible(self, tokens_per_second: float) -> bool:
+        """Whether :func:`compute_mfu` accepts this rate (MFU in [MIN_PLAUSIBLE_MFU, 1], HFU at most 1);
+        when not, it is the one to explain why."""
+        return (
+            MIN_PLAUSIBLE_MFU <= tokens_per_second * self.mfu <= 1.0 and tokens_per_second * self.hfu <= 1.0
+        )

@@ -75,6 +75,17 @@ class RunSummary:
 SUMMARY_FIELDS = tuple(RunSummary.__dataclass_fields__)
 
 
+def global_batch(*, tokens: int | None, sequences: int | None, seq_len_tokens: int) -> tuple[int, int | None]:
+    """A run's global batch as (tokens, sequences) from whichever was given: sequences × sequence
+    length in tokens; tokens ÷ sequence length in sequences when whole (None when not: a batch that is
+    no whole number of sequences, e.g. packed documents, has no sequence count)."""
+    if sequences is not None:
+        return sequences * seq_len_tokens, sequences
+    if tokens is None:
+        raise ValueError("give the global batch in tokens or in sequences")
+    return tokens, tokens // seq_len_tokens if tokens % seq_len_tokens == 0 else None
+
+
 def stored_model(spec: Mapping[str, Any]) -> models.ModelSpec:
     """The model of a run's stored description (``spec["model"]``: a preset id, dimensions, or a
     Hugging Face config, exactly as validated when the run was recorded)."""

@@ -1,33 +1,25 @@
 """Group commit: many small writes share one transaction, and each caller is answered after it commits.
 
-Why: a single-measurement POST used to open its own write transaction (about eight statements and a
-commit). On SQLite every writer queues for the one database write lock, and with 16 threads contending
-for the GIL while one of them holds that lock, throughput collapsed to ~230 requests/s, a sixth of a
-trivial POST that opens an empty transaction (benchmarks/results, bench_store at 1515a50). Here one
-thread per process owns the writes: while it commits a batch, the next callers queue, and it then takes
-all of them at once, so the statements and the commit are paid once per batch. There is no timer:
-under light load a batch is a single job and nothing waits for company.
+One writer per process owns the writes. While it commits a batch, the next callers queue, and it then
+takes all of them at once, so the transaction's statements and its commit are paid once per batch
+(SQLite admits one writer at a time; threads contending for its lock spend their time sleeping in its
+busy handler). There is no timer: under light load a batch is a single job and nothing waits for company.
 
-Durability is unchanged: a caller's future resolves only after the transaction holding its job has
-committed (or failed), so an acknowledged write is a committed one.
+Durability: a caller's future resolves only after the transaction holding its job has committed (or
+failed), so an acknowledged write is a committed one.
 
 Failures: ``process`` answers each job with a result or a per-job exception (a job it rejects leaves
 nothing written). When the batch transaction itself fails, an operational error (database down,
 locked past the busy timeout, disk full) fails every job of the batch with that error; any other error
-(a constraint, a bug) is retried job by job in transactions of their own, so one bad job cannot fail the
-others.
+(a constraint, a bug) is retried job by job in transactions of their own, so one bad job cannot fail
+the others.
 
-Inline batches (SQLite, light jobs): the thread costs each request two thread hand-offs, a wake-up of
-the event loop and a share of GIL ping-pong, more than the transaction's own statements for a
-one-measurement request. With ``inline_max_weight``, light jobs instead collect on the event loop for
-the rest of the loop's turn (every request that reached ``submit`` in it) and are committed there, in
-one transaction, by a callback: no thread at all. It never blocks the loop on a lock: the unit of work
-is no-wait (``WriteLockBusy`` when the writer thread, another thread or another process holds SQLite's
-write lock), and then the batch goes to the writer thread as usual. The loop is busy for the
-transaction (a few milliseconds for a batch of light jobs), which a GIL-bound process would have
-spent anyway. Not for PostgreSQL: there every statement is a network round trip the loop would wait on.
-
-Public surface: :class:`GroupCommitWriter` (``submit``, ``close``) and :class:`WriterClosed`.
+Where a batch is committed: by the writer thread; on SQLite, light jobs (``inline_max_weight``) are
+instead collected on the event loop for a couple of its turns and committed there by a callback, in
+one transaction, when the write lock is free (a no-wait unit of work: the loop never waits for the
+lock; when it is held the batch goes to the thread). That saves a light request the thread hand-offs,
+which cost more than its few statements. Not on PostgreSQL, where every statement is a network round
+trip the loop would wait on.
 """
 
 from __future__ import annotations
@@ -70,12 +62,10 @@ class _Pending(Generic[Job]):
 
 _STOP = object()
 
-#: Turns of the event loop an inline batch stays open after its first job. A request's bytes are read
-#: in one turn and its handler reaches ``submit`` in a later one, so committing at the end of the first
-#: job's turn left out requests read in the same poll a moment later. Measured at 16 connections
-#: (2-core AMD EPYC, one-item POSTs): 0 turns, batches of 6-7 and 750-810 requests/s; 1 turn, 13 and
-#: 890; 2 turns, 14 and 1,190-1,280; 3 turns, 14 and 1,090. An idle loop turns in microseconds, so a
-#: lone request waits no longer than that.
+#: Turns of the event loop an inline batch stays open after its first job: a request's bytes are read
+#: in one turn and its handler reaches ``submit`` in a later one, so closing the batch at the end of the
+#: first job's turn would leave out requests read in the same poll. An idle loop turns in
+#: microseconds, so a lone request waits no longer than that.
 INLINE_WAIT_TURNS = 2
 
 
@@ -285,13 +275,12 @@ class GroupCommitWriter(Generic[Job, Result]):
         return self._transaction_on(self._inline_connection, jobs, wait=False)
 
     def _thread_transaction(self, jobs: list[Job]) -> Sequence[Outcome]:
-        """PostgreSQL: on the thread's own connection, held from batch to batch: a pool checkout per
-        batch cost a pre-ping round trip (17% of a one-measurement batch's time under load). What
-        the ping was for, a connection that died while idle (a database restart, an idle timeout),
-        shows as a lost connection on the batch's first statement instead; the batch then runs once
-        more on a new connection. A connection lost later in a batch (perhaps during COMMIT) also
-        runs it once more; a job whose writes did commit is then answered as a repeat of itself (for
-        ingest: its steps listed as ignored, stored once)."""
+        """PostgreSQL: on the thread's own connection, held from batch to batch (no pool checkout and
+        pre-ping per batch). A connection that died while idle (a database restart, an idle timeout)
+        shows as a lost connection on the batch's first statement; the batch then runs once more on a
+        new connection. A connection lost later in a batch (perhaps during COMMIT) also runs it once
+        more; a job whose writes did commit is then answered as a repeat of itself (for ingest: its
+        steps listed as ignored, stored once)."""
         if self._engine.dialect.name == "sqlite":  # no pre-ping to save; a checkout per batch as before
             return self._transaction_on(None, jobs, wait=True)
         for attempt in (1, 2):

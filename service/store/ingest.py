@@ -31,7 +31,11 @@ from sqlalchemy import (
 )
 
 from service.domain.fleet import SeriesBin
+from service.store import histograms as histograms_store
+from service.store import measurements as measurements_store
+from service.store import records as records_store
 from service.store import runs as run_store
+from service.store import series as series_store
 from service.store.tables import (
     api_keys,
     run_mfu_bins,
@@ -72,10 +76,10 @@ class LockedRun:
     tenant: str
     summary: dict[str, Any]
 
-    def applied_to(self, run: run_store.RunRecord) -> run_store.RunRecord:
+    def applied_to(self, run: records_store.RunRecord) -> records_store.RunRecord:
         if run.pk != self.pk:
             raise ValueError(f"run {self.id}: the record given is of another run")
-        return run_store.replace_run(run, self.summary)
+        return records_store.replace_run(run, self.summary)
 
 
 _LOCKED_COLUMNS = (runs.c.pk, runs.c.id, runs.c.tenant, *(runs.c[name] for name in run_store.SUMMARY_COLUMNS))
@@ -84,7 +88,7 @@ _LOCKED_COLUMNS = (runs.c.pk, runs.c.id, runs.c.tenant, *(runs.c[name] for name 
 def _locked_run(row: Sequence[Any]) -> LockedRun:
     values = list(row)
     summary = dict(zip(run_store.SUMMARY_COLUMNS, values[3:], strict=True))
-    summary["median_mfu"] = run_store.median_as_read(summary["median_mfu"])
+    summary["median_mfu"] = records_store.median_as_read(summary["median_mfu"])
     return LockedRun(pk=values[0], id=values[1], tenant=values[2], summary=summary)
 
 
@@ -202,9 +206,9 @@ class IngestWrites:
     #: Counts to add per run pk and MFU bin.
     histogram_counts: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     #: Runs as their summary columns should now read.
-    summaries: Sequence[run_store.RunRecord] = ()
+    summaries: Sequence[records_store.RunRecord] = ()
     #: Runs' medians moving between fleet bins: (run, old bin, new bin).
-    moves: Sequence[tuple[run_store.RunRecord, int | None, int | None]] = ()
+    moves: Sequence[tuple[records_store.RunRecord, int | None, int | None]] = ()
     #: Runs whose step buckets are built from their stored measurements (these included): pk → width.
     series_rebuilds: Mapping[int, int] = field(default_factory=dict)
     #: Runs whose stored step buckets are replaced: pk → (width, buckets).
@@ -216,12 +220,12 @@ class IngestWrites:
 def write_ingest(connection: Connection, writes: IngestWrites) -> None:
     """Write a batch in the caller's transaction (the runs locked by :func:`lock_for_ingest`): the
     store's statements in turn (SQLite; PostgreSQL's writer thread, where COPY takes the rows)."""
-    run_store.insert_measurements(connection, parameters=writes.measurements)
-    run_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
+    measurements_store.insert_measurements(connection, parameters=writes.measurements)
+    histograms_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
     run_store.update_summaries(connection, summaries=writes.summaries)
-    run_store.move_runs_in_histograms(connection, moves=writes.moves)
+    histograms_store.move_runs_in_histograms(connection, moves=writes.moves)
     for run_pk, width in sorted(writes.series_rebuilds.items()):
-        run_store.rebuild_series(connection, run_pk=run_pk, width=width)
+        series_store.rebuild_series(connection, run_pk=run_pk, width=width)
     for run_pk, (width, bins) in sorted(writes.series_replacements.items()):
-        run_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
-    run_store.add_to_series(connection, additions=writes.series_additions)
+        series_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
+    series_store.add_to_series(connection, additions=writes.series_additions)

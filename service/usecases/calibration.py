@@ -3,7 +3,7 @@ reused, where it runs) behind the ``"fleet"`` and ``"tenant"`` calibrations of a
 
 A fit uses :func:`service.domain.performance.fit_calibration` over the most recent stored runs on an
 accelerator that have a median MFU and a layout the model can predict
-(:func:`service.store.runs.calibration_observations`): every tenant's for ``"fleet"`` (only the fitted
+(:func:`service.store.calibration_observations.calibration_observations`): every tenant's for ``"fleet"`` (only the fitted
 constants and counts leave, never a run), the caller's own for ``"tenant"``.
 
 A fit needs :data:`MIN_CALIBRATION_RUNS` runs; with fewer the defaults are used and the answer says so
@@ -41,7 +41,8 @@ from service.domain.hardware_behaviour import Calibration
 from service.domain.memory import ParallelLayout
 from service.domain.performance import Cluster, PredictionInputs, fit_calibration
 from service.domain.run import stored_accelerator, stored_model
-from service.store import runs as store
+from service.store import calibration_observations as calibration_observations_store
+from service.store import records as records_store
 from service.store.uow import Database, Transaction, UnitOfWork
 from service.usecases.helper_processes import helper_pool
 
@@ -174,7 +175,7 @@ def _rms(errors: Sequence[float]) -> float | None:
 
 
 def fit_stored_runs(
-    observations: Sequence[store.CalibrationObservation],
+    observations: Sequence[calibration_observations_store.CalibrationObservation],
     *,
     scope: CalibrationScope,
     accelerator_id: str,
@@ -248,7 +249,7 @@ def fit_stored_runs(
 
 def _custom_fallback(scope: CalibrationScope) -> StoredCalibration:
     return StoredCalibration(
-        accelerator_id=store.CUSTOM_ACCELERATOR,
+        accelerator_id=records_store.CUSTOM_ACCELERATOR,
         source=f"default (fallback from {scope}: custom accelerator)",
         scope=scope,
         fitted_at=datetime.now(UTC),
@@ -394,10 +395,12 @@ def _fit_from_store(
     accelerator_id: str,
 ) -> StoredCalibration:
     if connection is not None:
-        observations = store.calibration_observations(connection, accelerator=accelerator_id, tenant=tenant)
+        observations = calibration_observations_store.calibration_observations(
+            connection, accelerator=accelerator_id, tenant=tenant
+        )
     else:
         with UnitOfWork(engine, write=False) as uow:
-            observations = store.calibration_observations(
+            observations = calibration_observations_store.calibration_observations(
                 uow.connection, accelerator=accelerator_id, tenant=tenant
             )
     return _fit_in_helper_process(observations, scope=scope, accelerator_id=accelerator_id)
@@ -408,14 +411,16 @@ _fit_pool_lock = threading.Lock()
 
 
 def _fit_in_helper_process(
-    observations: list[store.CalibrationObservation], *, scope: CalibrationScope, accelerator_id: str
+    observations: list[calibration_observations_store.CalibrationObservation],
+    *,
+    scope: CalibrationScope,
+    accelerator_id: str,
 ) -> StoredCalibration:
     """:func:`fit_stored_runs` in a helper process (one per server process, started on first use).
 
-    A fit is ~1 s of pure Python. Run in the server's process it held the GIL against every request:
-    with a dozen accelerators fitting after start-up, a run's efficiency went from 4 ms to a p50 of
-    360 ms until they were done (bench_store at 1M runs). In a process of its own it uses the other
-    core and the server's threads only wait on a pipe. Should the helper die, it is restarted for the
+    A fit is about a second of pure Python: in the server's process it would hold the GIL against
+    every request. In a process of its own it uses another core and the server's threads only wait
+    on a pipe. Should the helper die, it is restarted for the
     next fit, and this one runs here.
     """
     global _fit_pool

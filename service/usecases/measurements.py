@@ -23,7 +23,9 @@ from typing import Any
 from service.domain import fleet
 from service.domain.run import SUMMARY_FIELDS, NewMeasurement, RunSummary
 from service.store import ingest as ingest_store
-from service.store import runs as store
+from service.store import measurements as measurements_store
+from service.store import records as records_store
+from service.store import series as series_store
 from service.store.uow import Transaction
 
 
@@ -51,10 +53,10 @@ class MeasurementJob:
     tenant: str
     run_id: str
     #: The run as cached (its fields fixed at creation hold; the summary is read again under lock).
-    run: store.RunRecord
-    #: Value tuples in ``store.MEASUREMENT_COLUMNS`` order.
+    run: records_store.RunRecord
+    #: Value tuples in ``measurements_store.MEASUREMENT_COLUMNS`` order.
     values: list[tuple[Any, ...]]
-    #: Their driver parameters (``store.measurement_parameters``), built before the write lock.
+    #: Their driver parameters (``measurements_store.measurement_parameters``), built before the write lock.
     parameters: list[tuple[Any, ...]]
 
 
@@ -62,23 +64,27 @@ class MeasurementJob:
 class Added:
     """What one request stored, and its run as committed."""
 
-    run: store.RunRecord
+    run: records_store.RunRecord
     received: int
     stored: int
     ignored_steps: list[int]
 
 
-# Where a value tuple (store.MEASUREMENT_COLUMNS order) holds what the summary and the series read.
-_STEP = store.MEASUREMENT_COLUMNS.index("step")
-_MEASURED_AT = store.MEASURED_AT
-_TOKENS_PER_SECOND = store.MEASUREMENT_COLUMNS.index("tokens_per_second")
-_MFU = store.MEASUREMENT_COLUMNS.index("mfu")
+# Where a value tuple (measurements_store.MEASUREMENT_COLUMNS order) holds what the summary and the series read.
+_STEP = measurements_store.MEASUREMENT_COLUMNS.index("step")
+_MEASURED_AT = measurements_store.MEASURED_AT
+_TOKENS_PER_SECOND = measurements_store.MEASUREMENT_COLUMNS.index("tokens_per_second")
+_MFU = measurements_store.MEASUREMENT_COLUMNS.index("mfu")
 _SERIES_FIELDS = operator.itemgetter(_STEP, _MEASURED_AT, _MFU, _TOKENS_PER_SECOND)
 
 
 def summary_after(
-    run: store.RunRecord, fresh: Sequence[tuple[Any, ...]], histogram: dict[int, int], *, now: datetime
-) -> store.RunRecord:
+    run: records_store.RunRecord,
+    fresh: Sequence[tuple[Any, ...]],
+    histogram: dict[int, int],
+    *,
+    now: datetime,
+) -> records_store.RunRecord:
     """The run record once ``fresh`` value tuples (of steps it did not have) are stored, given its MFU
     histogram with them counted (the rule: :meth:`RunSummary.after`)."""
     if not fresh:
@@ -94,12 +100,12 @@ def summary_after(
     if after.latest_step == before.latest_step:
         for name in ("latest_step", "latest_measured_at", "latest_mfu", "latest_tokens_per_second"):
             del changed[name]
-    return store.replace_run(run, {**changed, "updated_at": now})
+    return records_store.replace_run(run, {**changed, "updated_at": now})
 
 
 @dataclass(slots=True)
 class _RunInBatch:
-    run: store.RunRecord  # as locked at the start of the batch
+    run: records_store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
     fresh: list[tuple[Any, ...]] = field(default_factory=list)  # value tuples
     parameters: list[tuple[Any, ...]] = field(default_factory=list)  # of the fresh rows
@@ -181,7 +187,9 @@ def _take_new_steps(transaction: Transaction, state: _RunInBatch, job: Measureme
     low, high = min(steps), max(steps)
     stored: set[int] = set()
     if run.latest_step is not None and low <= run.latest_step:
-        stored = store.existing_steps(transaction, run_pk=run.pk, first=low, last=min(high, run.latest_step))
+        stored = measurements_store.existing_steps(
+            transaction, run_pk=run.pk, first=low, last=min(high, run.latest_step)
+        )
     unique = set(steps)
     if not stored and len(unique) == len(steps) and state.steps.isdisjoint(unique):
         # The common case, decided with set operations: every row is new.
@@ -219,7 +227,7 @@ def _series_writes(
         if extent is None:
             first, last = min(steps), max(steps)
             if state.run.measurement_count:  # its stored steps count too (the rebuild reads them all)
-                stored_first, stored_last = store.step_range(transaction, run_pk=pk)
+                stored_first, stored_last = measurements_store.step_range(transaction, run_pk=pk)
                 first, last = min(first, stored_first), max(last, stored_last)
             rebuilds[pk] = fleet.series_width(first, last)
             continue
@@ -231,7 +239,7 @@ def _series_writes(
         if wider == width:
             additions[pk] = (width, fresh)
             continue
-        _, stored_bins = store.run_series(transaction, run_pk=pk)
+        _, stored_bins = series_store.run_series(transaction, run_pk=pk)
         replacements[pk] = (
             wider,
             fleet.rebucket(

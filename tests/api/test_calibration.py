@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from service.store import runs as store
+from service.store import calibration_observations as calibration_observations_store
+from service.store import records as records_store
 from service.store.uow import UnitOfWork
 from service.usecases import calibration
 from service.usecases.calibration import (
@@ -409,8 +410,10 @@ def test_calibration_observations_are_the_recent_measured_predictable_runs_bound
     with UnitOfWork(store_client.engine, write=False) as uow:
         read = uow.connection
 
-        def observe(**options: Any) -> list[store.CalibrationObservation]:
-            return store.calibration_observations(read, accelerator="h100-sxm", **options)
+        def observe(**options: Any) -> list[calibration_observations_store.CalibrationObservation]:
+            return calibration_observations_store.calibration_observations(
+                read, accelerator="h100-sxm", **options
+            )
 
         fleet = observe(tenant=None)
         team_a = observe(tenant="team-a")
@@ -424,7 +427,12 @@ def test_calibration_observations_are_the_recent_measured_predictable_runs_bound
         # For one tenant: its last runs on the accelerator (the three newest of team-a's do not count).
         assert observe(tenant="team-a", scan=3) == []
         assert observe(tenant="team-a", scan=4) == team_a[:1]
-        assert store.calibration_observations(read, accelerator=store.CUSTOM_ACCELERATOR, tenant=None) == []
+        assert (
+            calibration_observations_store.calibration_observations(
+                read, accelerator=records_store.CUSTOM_ACCELERATOR, tenant=None
+            )
+            == []
+        )
     # Most recent first, each with its median MFU and the description as given.
     medians = [efficiency(store_client, run["id"])["mfu"]["median"] for run in reversed(mine)]
     assert [o.median_mfu for o in team_a] == pytest.approx(medians)
@@ -470,9 +478,11 @@ def test_a_fit_skips_runs_it_cannot_predict_and_falls_back_below_three() -> None
         "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1},
         "global_batch_sequences": 512,
     }
-    good = store.CalibrationObservation(spec, "bf16", 8192, 64, "palm", 0.4)
+    good = calibration_observations_store.CalibrationObservation(spec, "bf16", 8192, 64, "palm", 0.4)
     # 100 sequences is no multiple of dp × micro-batch = 64: not predictable, counted as skipped.
-    bad = store.CalibrationObservation({**spec, "global_batch_sequences": 100}, "bf16", 8192, 64, "palm", 0.4)
+    bad = calibration_observations_store.CalibrationObservation(
+        {**spec, "global_batch_sequences": 100}, "bf16", 8192, 64, "palm", 0.4
+    )
     now = datetime(2026, 12, 2, tzinfo=UTC)
     fallback = fit_stored_runs([good, good, bad], scope="fleet", accelerator_id="h100-sxm", now=now)
     assert not fallback.fitted and fallback.usable_runs == 2 and fallback.skipped_runs == 1
@@ -491,7 +501,9 @@ def test_fits_run_in_a_helper_process_and_survive_its_death() -> None:
         "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1},
         "global_batch_sequences": 512,
     }
-    observations = [store.CalibrationObservation(spec, "bf16", 8192, 64, "palm", 0.4)] * 5
+    observations = [
+        calibration_observations_store.CalibrationObservation(spec, "bf16", 8192, 64, "palm", 0.4)
+    ] * 5
     here = fit_stored_runs(observations, scope="fleet", accelerator_id="h100-sxm")
     helper = calibration._fit_in_helper_process(observations, scope="fleet", accelerator_id="h100-sxm")
     assert helper.fitted and helper.matmul_efficiency_scale == here.matmul_efficiency_scale

@@ -9,11 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from service.domain import fleet
 from service.store import keys
-from service.store import runs as store
+from service.store import measurements as measurements_store
 from service.store.tables import measurements, run_mfu_bins, runs
 from service.store.uow import UnitOfWork
 from tests.api.conftest import StoreClient, measurement
@@ -196,8 +197,8 @@ def test_a_batch_whose_write_fails_commits_nothing(store_client: StoreClient) ->
         pk = uow.connection.execute(select(runs.c.pk).where(runs.c.id == run_id)).scalar_one()
         row = dict(
             zip(
-                store.MEASUREMENT_COLUMNS,
-                [pk, 7, *[None] * (len(store.MEASUREMENT_COLUMNS) - 2)],
+                measurements_store.MEASUREMENT_COLUMNS,
+                [pk, 7, *[None] * (len(measurements_store.MEASUREMENT_COLUMNS) - 2)],
                 strict=True,
             )
         )
@@ -206,7 +207,7 @@ def test_a_batch_whose_write_fails_commits_nothing(store_client: StoreClient) ->
             throughput_value=1.0, tokens_per_second=1.0, tokens_per_second_per_device=1.0,
             mfu=0.1, hfu=0.1, achieved_tflops_per_device=1.0,
         )  # fmt: skip
-        store.insert_measurements(uow.connection, rows=[row])
+        measurements_store.insert_measurements(uow.connection, rows=[row])
         uow.commit()
     response = store_client.client.post(
         f"/v1/runs/{run_id}/measurements",
@@ -220,3 +221,39 @@ def test_a_batch_whose_write_fails_commits_nothing(store_client: StoreClient) ->
     assert _count(store_client, run_mfu_bins) == 0
     summary = store_client.client.get(f"/v1/runs/{run_id}", headers=store_client.writer).json()["summary"]
     assert summary["measurement_count"] == 0
+
+
+def test_each_value_of_a_measurement_lands_in_its_own_column(store_client: StoreClient) -> None:
+    # The ingest path builds its rows positionally in the table's column order: every column gets
+    # its own value (distinct ones here), and MFU is the stored run's FLOPs at its stored peak.
+    run = store_client.create_run()
+    item = measurement(
+        5,
+        tokens_per_second=1.25e5,
+        loss=2.25,
+        memory_bytes=7_000_000_000,
+        grad_norm_sq_small=3.5,
+        grad_norm_sq_big=1.5,
+        batch_small_tokens=4096,
+        batch_big_tokens=65536,
+    )
+    assert store_client.add(run["id"], item)["stored"] == 1
+    with UnitOfWork(store_client.engine, write=False) as uow:
+        stored_run = uow.connection.execute(select(runs).where(runs.c.id == run["id"])).one()
+        row = uow.connection.execute(select(measurements).where(measurements.c.run_pk == stored_run.pk)).one()
+    devices, peak = stored_run.device_count, stored_run.peak_tflops_per_device * 1e12
+    assert (row.step, row.throughput_form, row.throughput_value) == (5, "tokens_per_second", 1.25e5)
+    assert (row.global_batch_tokens, row.global_batch_sequences) == (None, None)
+    assert row.tokens_per_second == 1.25e5
+    assert row.tokens_per_second_per_device == pytest.approx(1.25e5 / devices, rel=1e-12)
+    assert row.mfu == pytest.approx(1.25e5 * stored_run.model_flops_per_token / (devices * peak), rel=1e-12)
+    assert row.hfu == pytest.approx(
+        1.25e5 * stored_run.hardware_flops_per_token / (devices * peak), rel=1e-12
+    )
+    assert row.achieved_tflops_per_device == pytest.approx(
+        row.mfu * stored_run.peak_tflops_per_device, rel=1e-12
+    )
+    assert (row.loss, row.memory_bytes) == (2.25, 7_000_000_000)
+    assert (row.grad_norm_sq_small, row.grad_norm_sq_big) == (3.5, 1.5)
+    assert (row.batch_small_tokens, row.batch_big_tokens) == (4096, 65536)
+    assert row.measured_at == datetime(2026, 12, 2, 10, 0, 5, tzinfo=UTC)

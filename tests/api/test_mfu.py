@@ -309,7 +309,7 @@ def test_a_batch_keeps_order_and_fails_items_on_their_own(client: TestClient) ->
     assert body["succeeded"] == 2 and body["failed"] == 2
     assert body["items"][1]["error"]["type"] == "/problems/implausible-result"
     assert body["items"][2]["error"]["type"] == "/problems/validation-error"
-    assert all(error["field"].startswith("body.items.2.") for error in body["items"][2]["error"]["errors"])
+    assert all(error["field"].startswith("body.items[2].") for error in body["items"][2]["error"]["errors"])
     single = _mfu(client, good)
     assert body["items"][0]["result"] == single
 

@@ -358,7 +358,7 @@ def test_an_unsupported_accept_is_a_406_problem(client: TestClient) -> None:
         ({"total_steps": -5}, "body.total_steps"),
         ({"warmup_steps": -1}, "body.warmup_steps"),
         ({"peak_lr": 0}, "body.peak_lr"),
-        ({"steps": [0, -1]}, "body.steps.1"),
+        ({"steps": [0, -1]}, "body.steps[1]"),
         ({"steps": [1], "points": 5}, "body.points"),
         ({"points": 5, "every": 2}, "body.every"),
         ({"points": 1}, "body.points"),

@@ -13,15 +13,20 @@ import pytest
 from sqlalchemy import Engine, select
 
 from service.domain import fleet
+from service.store import histograms as histograms_store
 from service.store import ingest as ingest_store
 from service.store import keys as key_store
+from service.store import measurements as measurements_store
+from service.store import records as records_store
 from service.store import runs as store
 from service.store.tables import fleet_mfu_bins, measurements, tenant_mfu_bins
 from service.store.uow import UnitOfWork
 from tests.store.test_runs_store import NOW, _create, _row
 
 
-def _measurement_values(run: store.RunRecord, steps: range, rng: random.Random) -> list[tuple[Any, ...]]:
+def _measurement_values(
+    run: records_store.RunRecord, steps: range, rng: random.Random
+) -> list[tuple[Any, ...]]:
     """Rows with awkward values: floats across exponents, times with microseconds in other zones."""
     zones = [UTC, timezone(timedelta(hours=-7, minutes=-30)), timezone(timedelta(hours=9))]
     rows = []
@@ -38,41 +43,47 @@ def _measurement_values(run: store.RunRecord, steps: range, rng: random.Random) 
             global_batch_tokens=rng.choice([None, 4_194_304]),
         )
         rows.append(row)
-    return store.measurement_values(rows)
+    return measurements_store.measurement_values(rows)
 
 
-def _write(engine: Engine, run: store.RunRecord, values: list[tuple[Any, ...]]) -> store.RunRecord:
+def _write(
+    engine: Engine, run: records_store.RunRecord, values: list[tuple[Any, ...]]
+) -> records_store.RunRecord:
     """One batch through lock_for_ingest and write_ingest, as ingest commits one."""
     with UnitOfWork(engine, write=True) as uow:
         locked = ingest_store.lock_for_ingest(
             uow.connection, key_ids=[], run_ids=[run.id], series_above=10**9
         )
         before = locked.runs[run.id].applied_to(run)
-        counts = fleet.bin_counts(row[store.MEASUREMENT_COLUMNS.index("mfu")] for row in values)
+        counts = fleet.bin_counts(row[measurements_store.MEASUREMENT_COLUMNS.index("mfu")] for row in values)
         histogram = dict(locked.histograms.get(run.pk, {}))
         for mfu_bin, count in counts.items():
             histogram[mfu_bin] = histogram.get(mfu_bin, 0) + count
         median = fleet.percentile_from_histogram(histogram, 0.5)
         assert median is not None
         last = max(values, key=lambda row: row[1])
-        after = store.RunRecord(
+        after = records_store.RunRecord(
             **{
-                **{name: getattr(before, name) for name in store.RunRecord.__dataclass_fields__},
+                **{name: getattr(before, name) for name in records_store.RunRecord.__dataclass_fields__},
                 "measurement_count": before.measurement_count + len(values),
                 "median_mfu": median,
                 "fleet_bin": fleet.mfu_bin(median),
                 "updated_at": NOW,
-                "first_measured_at": min(row[store.MEASURED_AT] for row in values).astimezone(UTC),
+                "first_measured_at": min(row[measurements_store.MEASURED_AT] for row in values).astimezone(
+                    UTC
+                ),
                 "latest_step": last[1],
-                "latest_measured_at": last[store.MEASURED_AT].astimezone(UTC),
-                "latest_mfu": last[store.MEASUREMENT_COLUMNS.index("mfu")],
-                "latest_tokens_per_second": last[store.MEASUREMENT_COLUMNS.index("tokens_per_second")],
+                "latest_measured_at": last[measurements_store.MEASURED_AT].astimezone(UTC),
+                "latest_mfu": last[measurements_store.MEASUREMENT_COLUMNS.index("mfu")],
+                "latest_tokens_per_second": last[
+                    measurements_store.MEASUREMENT_COLUMNS.index("tokens_per_second")
+                ],
             }
         )
         ingest_store.write_ingest(
             uow.connection,
             ingest_store.IngestWrites(
-                measurements=store.measurement_parameters(uow.connection.dialect, values),
+                measurements=measurements_store.measurement_parameters(uow.connection.dialect, values),
                 histogram_counts={run.pk: counts},
                 summaries=[after],
                 moves=[(before, before.fleet_bin, after.fleet_bin)],
@@ -108,7 +119,7 @@ def test_what_the_lock_reads_is_what_the_repository_reads(engine: Engine) -> Non
         )
         expected_run = store.get_run(uow.connection, tenant="team-a", run_id=run.id, with_tags=False)
         expected_other = store.get_run(uow.connection, tenant="team-b", run_id=other.id, with_tags=False)
-        histogram = store.run_histogram(uow.connection, run_pk=run.pk)
+        histogram = histograms_store.run_histogram(uow.connection, run_pk=run.pk)
 
     assert locked.active_key_ids == {active_id}
     assert set(locked.runs) == {run.id, other.id}
@@ -138,7 +149,7 @@ def test_a_written_batch_reads_back_exactly(engine: Engine) -> None:
     with UnitOfWork(engine, write=False) as uow:
         stored = uow.connection.execute(select(measurements).order_by(measurements.c.step)).all()
         record = store.get_run(uow.connection, tenant="team-a", run_id=run.id, with_tags=False)
-        histogram = store.run_histogram(uow.connection, run_pk=run.pk)
+        histogram = histograms_store.run_histogram(uow.connection, run_pk=run.pk)
         tenant_rows = uow.connection.execute(select(tenant_mfu_bins)).all()
         fleet_rows = uow.connection.execute(select(fleet_mfu_bins)).all()
 
@@ -147,7 +158,9 @@ def test_a_written_batch_reads_back_exactly(engine: Engine) -> None:
     for row, values in zip(stored, expected, strict=True):
         assert tuple(row) == values  # floats bit for bit, ints past 2**53, times to the microsecond
     assert record == after
-    assert histogram == fleet.bin_counts(row[store.MEASUREMENT_COLUMNS.index("mfu")] for row in expected)
+    assert histogram == fleet.bin_counts(
+        row[measurements_store.MEASUREMENT_COLUMNS.index("mfu")] for row in expected
+    )
     # The run's median sits in one bin of each histogram (it moved there from the first batch's bin).
     assert after.fleet_bin is not None
     assert [(row.mfu_bin, row.n_runs) for row in tenant_rows if row.n_runs] == [(after.fleet_bin, 1)]

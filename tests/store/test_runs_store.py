@@ -10,7 +10,12 @@ from sqlalchemy import Engine, event, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from service.api.schemas.runs import RunCreate
-from service.api.services.runs import prepare_run
+from service.api.services.run_creation import prepare_run
+from service.store import histograms as histograms_store
+from service.store import idempotency as idempotency_store
+from service.store import measurements as measurements_store
+from service.store import records as records_store
+from service.store import run_filters as run_filters_store
 from service.store import runs as store
 from service.store.tables import fleet_mfu_bins, measurements, run_mfu_bins, run_tags, tenant_mfu_bins
 from service.store.uow import UnitOfWork
@@ -19,7 +24,7 @@ from tests.api.conftest import run_body
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
-def _create(engine: Engine, tenant: str = "team-a", **overrides: Any) -> store.RunRecord:
+def _create(engine: Engine, tenant: str = "team-a", **overrides: Any) -> records_store.RunRecord:
     prepared = prepare_run(RunCreate.model_validate(run_body(**overrides)), now=NOW)
     with UnitOfWork(engine, write=True) as uow:
         run = store.create_run(uow.connection, tenant=tenant, values=prepared.values, tags=prepared.tags)
@@ -27,7 +32,7 @@ def _create(engine: Engine, tenant: str = "team-a", **overrides: Any) -> store.R
     return run
 
 
-def _row(run: store.RunRecord, step: int, measured_at: datetime, mfu: float = 0.4) -> dict[str, Any]:
+def _row(run: records_store.RunRecord, step: int, measured_at: datetime, mfu: float = 0.4) -> dict[str, Any]:
     return {
         "run_pk": run.pk,
         "step": step,
@@ -57,10 +62,10 @@ def test_a_run_is_found_only_under_its_own_tenant(engine: Engine) -> None:
         assert found is not None and found.tags == ("a", "b")
         assert store.get_run(uow.connection, tenant="team-b", run_id=run.id) is None
         assert store.get_runs(uow.connection, tenant="team-b", run_ids=[run.id]) == {}
-        listed = store.list_runs(
+        listed = run_filters_store.list_runs(
             uow.connection,
             tenant="team-b",
-            filters=store.RunFilters(),
+            filters=run_filters_store.RunFilters(),
             sort="started_at",
             descending=True,
             limit=10,
@@ -78,10 +83,10 @@ def test_the_database_refuses_a_second_run_for_one_job_attempt(engine: Engine) -
 def test_the_database_refuses_a_second_measurement_of_a_step(engine: Engine) -> None:
     run = _create(engine)
     with UnitOfWork(engine, write=True) as uow:
-        store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW)])
+        measurements_store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW)])
         uow.commit()
     with pytest.raises(IntegrityError), UnitOfWork(engine, write=True) as uow:
-        store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW, mfu=0.9)])
+        measurements_store.insert_measurements(uow.connection, rows=[_row(run, 1, NOW, mfu=0.9)])
 
 
 def test_times_written_in_bulk_read_back_and_sort_like_times_written_through_core(engine: Engine) -> None:
@@ -93,7 +98,7 @@ def test_times_written_in_bulk_read_back_and_sort_like_times_written_through_cor
     ]
     core = _row(run, 2, datetime(2026, 12, 2, 12, 0, 0, 500_000, tzinfo=UTC))
     with UnitOfWork(engine, write=True) as uow:
-        store.insert_measurements(uow.connection, rows=bulk)
+        measurements_store.insert_measurements(uow.connection, rows=bulk)
         uow.connection.execute(insert(measurements), [core])
         uow.commit()
     with UnitOfWork(engine, write=False) as uow:
@@ -110,15 +115,19 @@ def test_times_written_in_bulk_read_back_and_sort_like_times_written_through_cor
 def test_a_naive_time_is_refused_by_the_bulk_insert(engine: Engine) -> None:
     run = _create(engine)
     with pytest.raises(ValueError, match="naive"), UnitOfWork(engine, write=True) as uow:
-        store.insert_measurements(uow.connection, rows=[_row(run, 1, datetime(2026, 12, 2, 12, 0))])
+        measurements_store.insert_measurements(
+            uow.connection, rows=[_row(run, 1, datetime(2026, 12, 2, 12, 0))]
+        )
 
 
 def test_existing_steps_are_found_in_a_range(engine: Engine) -> None:
     run = _create(engine)
     with UnitOfWork(engine, write=True) as uow:
-        store.insert_measurements(uow.connection, rows=[_row(run, step, NOW) for step in (1, 5, 9, 20)])
-        assert store.existing_steps(uow.connection, run_pk=run.pk, first=5, last=19) == {5, 9}
-        assert store.step_range(uow.connection, run_pk=run.pk) == (1, 20)
+        measurements_store.insert_measurements(
+            uow.connection, rows=[_row(run, step, NOW) for step in (1, 5, 9, 20)]
+        )
+        assert measurements_store.existing_steps(uow.connection, run_pk=run.pk, first=5, last=19) == {5, 9}
+        assert measurements_store.step_range(uow.connection, run_pk=run.pk) == (1, 20)
         uow.commit()
 
 
@@ -126,10 +135,10 @@ def test_deleting_a_run_cascades_and_takes_its_median_out_of_the_histograms(engi
     run = _create(engine, tags=["x"])
     with UnitOfWork(engine, write=True) as uow:
         connection = uow.connection
-        store.insert_measurements(connection, rows=[_row(run, 1, NOW)])
-        store.add_to_run_histogram(connection, run_pk=run.pk, counts={400: 1})
+        measurements_store.insert_measurements(connection, rows=[_row(run, 1, NOW)])
+        histograms_store.add_to_run_histogram(connection, run_pk=run.pk, counts={400: 1})
         store.update_run(connection, run_pk=run.pk, values={"fleet_bin": 400, "median_mfu": 0.4005})
-        store.move_run_in_histograms(connection, run=run, old_bin=None, new_bin=400)
+        histograms_store.move_run_in_histograms(connection, run=run, old_bin=None, new_bin=400)
         uow.commit()
     with UnitOfWork(engine, write=True) as uow:
         current = store.get_run(uow.connection, tenant="team-a", run_id=run.id, for_update=True)
@@ -153,13 +162,13 @@ def test_a_run_moves_between_bins_in_both_histograms_and_custom_parts_stay_out_o
         parallelism={"tp": 2},
     )
     with UnitOfWork(engine, write=True) as uow:
-        store.move_run_in_histograms(uow.connection, run=catalog, old_bin=None, new_bin=300)
-        store.move_run_in_histograms(uow.connection, run=catalog, old_bin=300, new_bin=410)
-        store.move_run_in_histograms(uow.connection, run=custom, old_bin=None, new_bin=410)
+        histograms_store.move_run_in_histograms(uow.connection, run=catalog, old_bin=None, new_bin=300)
+        histograms_store.move_run_in_histograms(uow.connection, run=catalog, old_bin=300, new_bin=410)
+        histograms_store.move_run_in_histograms(uow.connection, run=custom, old_bin=None, new_bin=410)
         uow.commit()
     with UnitOfWork(engine, write=False) as uow:
-        tenant = store.tenant_histograms(uow.connection, tenant="team-a")
-        fleet = store.fleet_histograms(uow.connection)
+        tenant = histograms_store.tenant_histograms(uow.connection, tenant="team-a")
+        fleet = histograms_store.fleet_histograms(uow.connection)
     assert tenant == {("h100-sxm", "1b_to_10b"): {410: 1}, ("custom", "1b_to_10b"): {410: 1}}
     assert fleet == {("h100-sxm", "1b_to_10b"): {410: 1}}
 
@@ -167,11 +176,11 @@ def test_a_run_moves_between_bins_in_both_histograms_and_custom_parts_stay_out_o
 def test_an_idempotency_key_is_claimed_once_and_taken_over_only_when_stale(engine: Engine) -> None:
     arguments = {"tenant": "team-a", "key": "k", "operation": "create_run", "request_hash": "h"}
     with UnitOfWork(engine, write=True) as uow:
-        assert store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
-        assert not store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
-        record = store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
+        assert idempotency_store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
+        assert not idempotency_store.claim_idempotency_key(uow.connection, now=NOW, **arguments)
+        record = idempotency_store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
         assert record is not None and record.state == "in_flight"
-        fresh = store.reclaim_idempotency_key(
+        fresh = idempotency_store.reclaim_idempotency_key(
             uow.connection,
             tenant="team-a",
             key="k",
@@ -180,7 +189,7 @@ def test_an_idempotency_key_is_claimed_once_and_taken_over_only_when_stale(engin
             now=NOW,
         )
         assert not fresh
-        stale = store.reclaim_idempotency_key(
+        stale = idempotency_store.reclaim_idempotency_key(
             uow.connection,
             tenant="team-a",
             key="k",
@@ -189,7 +198,7 @@ def test_an_idempotency_key_is_claimed_once_and_taken_over_only_when_stale(engin
             now=NOW,
         )
         assert stale
-        other_body = store.reclaim_idempotency_key(
+        other_body = idempotency_store.reclaim_idempotency_key(
             uow.connection,
             tenant="team-a",
             key="k",
@@ -198,11 +207,13 @@ def test_an_idempotency_key_is_claimed_once_and_taken_over_only_when_stale(engin
             now=NOW,
         )
         assert not other_body
-        store.complete_idempotency_key(
+        idempotency_store.complete_idempotency_key(
             uow.connection, tenant="team-a", key="k", response_status=201, response_body="{}"
         )
-        store.release_idempotency_key(uow.connection, tenant="team-a", key="k")  # done: not released
-        done = store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
+        idempotency_store.release_idempotency_key(
+            uow.connection, tenant="team-a", key="k"
+        )  # done: not released
+        done = idempotency_store.get_idempotency_record(uow.connection, tenant="team-a", key="k")
         assert done is not None and done.state == "done" and done.response_status == 201
         uow.commit()
 
@@ -213,10 +224,10 @@ def test_keyset_pages_cover_every_run_once(engine: Engine) -> None:
     after = None
     with UnitOfWork(engine, write=False) as uow:
         while True:
-            page = store.list_runs(
+            page = run_filters_store.list_runs(
                 uow.connection,
                 tenant="team-a",
-                filters=store.RunFilters(),
+                filters=run_filters_store.RunFilters(),
                 sort="started_at",
                 descending=False,
                 limit=3,
@@ -230,7 +241,9 @@ def test_keyset_pages_cover_every_run_once(engine: Engine) -> None:
     assert len(seen) == len(set(seen))
 
 
-def _listed_with_plan(engine: Engine, filters: store.RunFilters) -> tuple[list[store.RunRecord], list[str]]:
+def _listed_with_plan(
+    engine: Engine, filters: run_filters_store.RunFilters
+) -> tuple[list[records_store.RunRecord], list[str]]:
     """A time-ordered page and, on SQLite, the plan of its query (EXPLAIN QUERY PLAN details)."""
     statements: list[tuple[str, Any]] = []
 
@@ -241,7 +254,7 @@ def _listed_with_plan(engine: Engine, filters: store.RunFilters) -> tuple[list[s
     event.listen(engine, "before_cursor_execute", capture)
     try:
         with UnitOfWork(engine, write=False) as uow:
-            page = store.list_runs(
+            page = run_filters_store.list_runs(
                 uow.connection, tenant="team-a", filters=filters, sort="started_at", descending=True, limit=50
             )
             plan: list[str] = []
@@ -271,7 +284,7 @@ def test_a_finished_filter_beside_a_model_pages_through_the_model_index(engine: 
         ("finished", "ix_runs_tenant_model_name"),
         ("failed", "ix_runs_tenant_status"),
     ):
-        page, plan = _listed_with_plan(engine, store.RunFilters(model="llama3-8b", status=status))
+        page, plan = _listed_with_plan(engine, run_filters_store.RunFilters(model="llama3-8b", status=status))
         assert {run.id for run in page} == wanted[status]
         assert all(run.status == status and run.model_name == "llama3-8b" for run in page)
         if engine.dialect.name == "sqlite":
@@ -279,7 +292,7 @@ def test_a_finished_filter_beside_a_model_pages_through_the_model_index(engine: 
 
 
 def test_measurement_times_bind_on_sqlite_as_sqlalchemy_writes_them() -> None:
-    # Ingest formats up to 10,000 times a request in bulk (store._sqlite_times); each must be the text
+    # Ingest formats up to 10,000 times a request in bulk (measurements_store._sqlite_times); each must be the text
     # SQLAlchemy's own UtcDateTime binding writes, or rows written by the two paths would not compare.
     import random
 
@@ -302,6 +315,6 @@ def test_measurement_times_bind_on_sqlite_as_sqlalchemy_writes_them() -> None:
     times += TypeAdapter(list[AwareDatetime]).validate_python(
         ["2026-12-02T12:00:00Z", "2026-12-02T12:00:00.5+00:00", "2026-12-02T23:30:00.000001-01:00"]
     )
-    assert store._sqlite_times(times) == [bind(moment) for moment in times]
+    assert measurements_store._sqlite_times(times) == [bind(moment) for moment in times]
     with pytest.raises(ValueError, match="naive"):
-        store._sqlite_times([datetime(2026, 12, 2)])
+        measurements_store._sqlite_times([datetime(2026, 12, 2)])

@@ -9,21 +9,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from service.api.resolve import resolve_accelerator
+from service.api.resolve import resolve_accelerator, with_field_prefix
+from service.api.schemas.cluster import AcceleratorUsedRead
 from service.api.schemas.common import CustomAccelerator, HardwareRef
-from service.api.schemas.performance import (
-    ZERO_ALIASES,
-    AcceleratorUsedRead,
-    LayoutIn,
-    LayoutRead,
-    MemoryRead,
-    MemoryRequest,
-    MemorySummaryRead,
-    OptimizerName,
-    OptimizerRead,
-)
+from service.api.schemas.fields import ZERO_ALIASES, OptimizerName
+from service.api.schemas.layout import LayoutIn, LayoutRead
+from service.api.schemas.memory import MemoryRead, MemoryRequest, MemorySummaryRead, OptimizerRead
 from service.domain import memory as mem
-from service.domain.errors import DomainError
 from service.domain.hardware import Accelerator, Precision
 from service.domain.models import ModelSpec
 
@@ -37,21 +29,11 @@ GIB = float(mem.GIB)
 def in_request(
     action: Callable[[], T], *, layout: str | None = "body.layout", fields: Mapping[str, str] | None = None
 ) -> T:
-    """Run ``action``; a domain error's bare field is re-rooted at the request: ``fields`` maps names
-    explicitly, a layout attribute goes under ``layout``, anything else under ``body``."""
-    try:
-        return action()
-    except DomainError as exc:
-        name = exc.field
-        if name is None:
-            exc.field = "body"
-        elif fields and name in fields:
-            exc.field = fields[name]
-        elif layout is not None and name in LAYOUT_FIELDS:
-            exc.field = f"{layout}.{name}"
-        elif not name.startswith("body"):
-            exc.field = f"body.{name}"
-        raise
+    """Run ``action``; a domain error's bare field is re-rooted at the request (with_field_prefix):
+    ``fields`` maps names explicitly, a layout attribute goes under ``layout``, anything else under
+    ``body``."""
+    names = {name: f"{layout}.{name}" for name in LAYOUT_FIELDS} if layout is not None else {}
+    return with_field_prefix("body", action, fields={**names, **(fields or {})})
 
 
 def domain_layout(layout: LayoutIn, *, field: str = "body.layout") -> mem.ParallelLayout:

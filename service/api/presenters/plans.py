@@ -9,15 +9,9 @@ from collections.abc import Mapping
 from starlette.concurrency import run_in_threadpool
 
 from service.api.presenters.memory import GIB, in_request, layout_read
-from service.api.presenters.predictions import (
-    check_finite,
-    largest_loss,
-)
-from service.api.schemas.performance import (
-    LayoutRead,
-    PlanCandidateRead,
-    PlanConstraintsIn,
-)
+from service.api.presenters.predictions import check_finite, largest_loss
+from service.api.schemas.layout import LayoutRead
+from service.api.schemas.plans import PlanCandidateRead, PlanConstraintsIn
 from service.domain import planner
 from service.domain.errors import InvalidInput
 from service.domain.flops import Convention

@@ -22,12 +22,11 @@ from service.api.presenters.memory import (
     memory_summary,
     resolve_device,
 )
-from service.api.schemas.performance import (
+from service.api.schemas.cluster import ClusterIn, ClusterRead
+from service.api.schemas.layout import LayoutIn
+from service.api.schemas.predictions import (
     BreakdownComponentName,
     BreakdownItemRead,
-    ClusterIn,
-    ClusterRead,
-    LayoutIn,
     MfuCostRead,
     MfuGapRead,
     StepPredictionRead,

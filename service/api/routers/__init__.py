@@ -37,9 +37,8 @@ ROUTERS: list[APIRouter] = [
 ]
 
 #: The order the app tries them in. FastAPI matches a request against each included router in turn,
-#: and every miss costs (~20 µs a router, measured on a 2-core machine, about a third of a trivial
-#: request's time when it is matched last): the runs router, with the measurement ingest schedulers call
-#: at every logging step, goes first. The contract (openapi.yaml) lists them in ROUTERS order.
+#: and every miss costs: the runs router, with the measurement ingest schedulers call at every logging
+#: step, goes first. The contract (openapi.yaml) lists them in ROUTERS order.
 MATCH_ORDER: list[APIRouter] = [runs.router, *(router for router in ROUTERS if router is not runs.router)]
 
 TAGS: list[dict[str, str]] = [

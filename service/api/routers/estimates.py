@@ -17,7 +17,8 @@ from service.api.schemas.efficiency import (
     TrainingEstimateRead,
     TrainingEstimateRequest,
 )
-from service.api.schemas.performance import PlanConstraintsIn, PredictionSummaryRead
+from service.api.schemas.performance import PredictionSummaryRead
+from service.api.schemas.plans import PlanConstraintsIn
 from service.domain import estimates, flops, hardware, performance
 from service.domain.errors import ImplausibleResult, InvalidInput
 from service.domain.models import ModelSpec

@@ -6,10 +6,7 @@ from fastapi import APIRouter
 
 from service.api.presenters.memory import domain_layout, in_request, memory_read, resolve_device
 from service.api.resolve import resolve_model
-from service.api.schemas.performance import (
-    MemoryRead,
-    MemoryRequest,
-)
+from service.api.schemas.memory import MemoryRead, MemoryRequest
 from service.domain import memory as mem
 
 router = APIRouter(tags=["memory"])

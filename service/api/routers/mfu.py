@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from service.api import problems
 from service.api.deps import SettingsDep
-from service.api.handlers import domain_problem
+from service.api.handlers import domain_problem, validation_detail, validation_errors
 from service.api.openapi import register_component
 from service.api.resolve import resolve_accelerator, resolve_model, resolve_throughput, with_field_prefix
 from service.api.schemas.efficiency import (
@@ -98,16 +98,9 @@ def _item_error(kind: problems.ProblemKind, detail: str, **extensions: Any) -> d
 
 
 def _validation_item_error(index: int, exc: ValidationError) -> dict[str, Any]:
-    errors = [
-        {
-            "field": ".".join([_ITEMS_FIELD, str(index), *(str(part) for part in error["loc"])]),
-            "message": str(error["msg"]).removeprefix("Value error, "),
-            "code": error["type"],
-        }
-        for error in exc.errors()
-    ]
+    errors = validation_errors(exc.errors(), root=f"{_ITEMS_FIELD}[{index}]")
     return _item_error(
-        problems.VALIDATION_ERROR, f"{errors[0]['field']}: {errors[0]['message']}", errors=errors
+        problems.VALIDATION_ERROR, validation_detail(errors, total=exc.error_count()), errors=errors
     )
 
 
@@ -121,7 +114,7 @@ def _batch_item(index: int, raw: Any) -> dict[str, Any]:
     except DomainError as exc:
         kind, extensions = domain_problem(exc)
         for error in extensions.get("errors", []):
-            error["field"] = f"{_ITEMS_FIELD}.{index}.{str(error['field']).removeprefix('body.')}"
+            error["field"] = f"{_ITEMS_FIELD}[{index}].{str(error['field']).removeprefix('body.')}"
         return {"index": index, "ok": False, "error": _item_error(kind, exc.message, **extensions)}
     return {"index": index, "ok": True, "result": answer.model_dump(mode="json")}
 

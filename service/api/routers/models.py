@@ -10,10 +10,10 @@ from fastapi import APIRouter, Path, Query
 
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.catalog import (
+    ModelParameterCountsRead,
     ModelPresetList,
     ModelPresetRead,
     ModelPresetSummary,
-    ParameterCountsRead,
 )
 from service.domain import models
 from service.domain.errors import NotFound
@@ -55,7 +55,7 @@ def _read(preset_id: str) -> ModelPresetRead:
         **_summary(preset).model_dump(),
         dimensions=dimensions,
         other_architecture_details=other,
-        parameter_counts=ParameterCountsRead(
+        parameter_counts=ModelParameterCountsRead(
             total=counts.total,
             embedding=counts.embedding,
             non_embedding=counts.non_embedding,

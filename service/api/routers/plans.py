@@ -14,11 +14,7 @@ from service.api.presenters.predictions import (
     peak_flops,
 )
 from service.api.resolve import resolve_model
-from service.api.schemas.performance import (
-    InfeasibleGroupRead,
-    PlanRead,
-    PlanRequest,
-)
+from service.api.schemas.plans import InfeasibleGroupRead, PlanRead, PlanRequest
 
 router = APIRouter(tags=["plans"])
 

@@ -22,10 +22,7 @@ from service.api.presenters.predictions import (
     step_prediction_read,
 )
 from service.api.resolve import resolve_model
-from service.api.schemas.performance import (
-    StepPredictionRead,
-    StepPredictionRequest,
-)
+from service.api.schemas.predictions import StepPredictionRead, StepPredictionRequest
 
 router = APIRouter(tags=["predictions"])
 

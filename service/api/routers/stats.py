@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from service.api.deps import Reader
 from service.api.schemas.runs import SizeClassName
 from service.api.schemas.stats import FleetMfuStats
+from service.api.services import fleet_stats
 from service.api.services import runs as service
 
 router = APIRouter(tags=["stats"])
@@ -35,7 +36,7 @@ def get_fleet_mfu_stats(
     run_id: Annotated[str | None, Query(min_length=1, max_length=32)] = None,
 ) -> FleetMfuStats:
     with reader.unit_of_work() as uow:
-        return service.fleet_mfu_stats(
+        return fleet_stats.fleet_mfu_stats(
             uow.connection,
             principal=reader.principal,
             accelerator=service.normalise_accelerator(accelerator),

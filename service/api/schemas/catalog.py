@@ -9,7 +9,7 @@ from pydantic import Field
 from service.api.schemas.common import ApiModel, PrecisionName
 
 
-class ParameterCountsRead(ApiModel):
+class ModelParameterCountsRead(ApiModel):
     total: int = Field(description="every parameter")
     embedding: int = Field(description="token (input and untied output) and learned position embeddings")
     non_embedding: int = Field(description="total − embedding (Kaplan's N)")
@@ -37,7 +37,7 @@ class ModelPresetRead(ModelPresetSummary):
         description="what only the preset itself carries (MLA ranks, norm layout, ...): a request naming the "
         "preset uses them, `dimensions` alone does not"
     )
-    parameter_counts: ParameterCountsRead
+    parameter_counts: ModelParameterCountsRead
 
 
 class ModelPresetList(ApiModel):

@@ -19,11 +19,8 @@ from service.api.schemas.common import (
     RecomputeName,
     ThroughputIn,
 )
-from service.api.schemas.performance import (
-    MAX_GLOBAL_BATCH_SEQUENCES,
-    PredictionSummaryRead,
-    PredictMfuIn,
-)
+from service.api.schemas.fields import MAX_GLOBAL_BATCH_SEQUENCES
+from service.api.schemas.performance import PredictionSummaryRead, PredictMfuIn
 from service.api.schemas.schedules import field_error
 
 CONVENTION_FIELD: Any = Field(

@@ -1,1 +1,1 @@
-"""Orchestration between the API, the domain and the store (one place commits)."""
+"""The HTTP side of the stored-run operations: requests in, the domain and the store called, answers out."""

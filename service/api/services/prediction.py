@@ -20,12 +20,12 @@ from sqlalchemy import Connection
 from service.api.calibration import calibration_read
 from service.api.presenters.memory import layout_read
 from service.api.presenters.predictions import losses, prediction_warnings
-from service.api.schemas.performance import BreakdownComponentName
+from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.runs import PredictedLossRead, RunPredictionRead
 from service.domain import fleet, hardware
 from service.domain.errors import DomainError
 from service.domain.performance import StepPrediction
-from service.store import runs as store
+from service.store import records as records_store
 from service.usecases.calibration import (
     STORED_RUN_ASSUMPTIONS,
     StoredCalibration,
@@ -142,7 +142,7 @@ def _reading(
     return f"{start}: the run loses most to the {top_text}{tail}"
 
 
-def predicted_vs_measured(connection: Connection, run: store.RunRecord) -> PredictedVsMeasured:
+def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) -> PredictedVsMeasured:
     """The run's predicted step beside its measured median MFU (module docstring), or a note."""
     stored = stored_run_inputs(
         run.spec,

@@ -1,0 +1,75 @@
+"""A stored run as answered: its record, summary and time to its token budget."""
+
+from __future__ import annotations
+
+from service.api.schemas.runs import RunLinks, RunParameterCountsRead, RunRead, RunSummary
+from service.domain import fleet
+from service.store import records as records_store
+
+
+def run_summary(run: records_store.RunRecord) -> RunSummary:
+    tokens = fleet.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
+    return RunSummary(
+        measurement_count=run.measurement_count,
+        first_measured_at=run.first_measured_at,
+        latest_step=run.latest_step,
+        latest_measured_at=run.latest_measured_at,
+        latest_mfu=run.latest_mfu,
+        median_mfu=run.median_mfu,
+        latest_tokens_per_second=run.latest_tokens_per_second,
+        tokens_so_far=tokens,
+        seconds_to_budget=seconds_to_budget(run, tokens),
+    )
+
+
+def seconds_to_budget(run: records_store.RunRecord, tokens_done: int) -> float | None:
+    if run.token_budget_tokens is None or not run.latest_tokens_per_second:
+        return None
+    return fleet.seconds_to_budget(
+        token_budget=run.token_budget_tokens,
+        tokens_done=tokens_done,
+        tokens_per_second=run.latest_tokens_per_second,
+    )
+
+
+def run_read(run: records_store.RunRecord) -> RunRead:
+    spec = run.spec
+    base = f"/v1/runs/{run.id}"
+    return RunRead(
+        id=run.id,
+        status=run.status,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        model=spec["model"],
+        model_name=run.model_name,
+        parameters=RunParameterCountsRead(
+            total=run.parameters_total,
+            active_per_token=run.parameters_active,
+            non_embedding=run.parameters_non_embedding,
+        ),
+        size_class=run.size_class,
+        hardware=spec["hardware"],
+        accelerator_id=run.accelerator,
+        accelerator_name=run.accelerator_name,
+        device_count=run.device_count,
+        precision=run.precision,
+        seq_len_tokens=run.seq_len_tokens,
+        global_batch_tokens=run.global_batch_tokens,
+        global_batch_sequences=spec.get("global_batch_sequences"),
+        parallelism=spec["parallelism"],
+        framework=run.framework,
+        cluster=run.cluster,
+        scheduler_job_id=run.scheduler_job_id,
+        attempt=run.attempt,
+        tags=list(run.tags),
+        token_budget_tokens=run.token_budget_tokens,
+        price_per_device_hour=run.price_per_device_hour,
+        convention=run.convention,
+        model_flops_per_token=run.model_flops_per_token,
+        hardware_flops_per_token=run.hardware_flops_per_token,
+        peak_tflops_per_device=run.peak_tflops_per_device,
+        summary=run_summary(run),
+        links=RunLinks(self=base, measurements=f"{base}/measurements", efficiency=f"{base}/efficiency"),
+    )

@@ -1,0 +1,117 @@
+"""Fleet MFU statistics by accelerator and model-size class, and where a run ranks."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from service.api.schemas.stats import FleetGroup, FleetMfuStats, MfuPercentiles, RunRank, SizeClassRead
+from service.api.services.runs import require_run
+from service.domain import fleet
+from service.store import histograms as histograms_store
+from service.store import records as records_store
+from service.store.keys import Principal
+
+
+def _percentiles(histogram: dict[int, int]) -> MfuPercentiles:
+    values = fleet.percentiles_from_histogram(histogram)
+    return MfuPercentiles(
+        p10=values[0.10], p25=values[0.25], p50=values[0.50], p75=values[0.75], p90=values[0.90]
+    )
+
+
+def _groups(histograms: dict[histograms_store.GroupKey, dict[int, int]], *, minimum: int) -> list[FleetGroup]:
+    groups = []
+    for (accelerator, size_class), histogram in sorted(histograms.items()):
+        runs_counted = sum(histogram.values())
+        if runs_counted < minimum:
+            continue
+        groups.append(
+            FleetGroup(
+                accelerator=accelerator,
+                size_class=size_class,
+                run_count=runs_counted,
+                percentiles=_percentiles(histogram),
+            )
+        )
+    return groups
+
+
+def fleet_mfu_stats(
+    connection: Connection,
+    *,
+    principal: Principal,
+    accelerator: str | None,
+    size_class: str | None,
+    run_id: str | None,
+) -> FleetMfuStats:
+    tenant = principal.tenant
+    rank = None
+    if run_id is not None:
+        run = require_run(connection, tenant=tenant, run_id=run_id)
+        rank = _rank(connection, run)
+    fleet_groups = histograms_store.fleet_histograms(
+        connection, accelerator=accelerator, size_class=size_class
+    )
+    tenant_groups = histograms_store.tenant_histograms(
+        connection, tenant=tenant, accelerator=accelerator, size_class=size_class
+    )
+    bounds = (*fleet.SIZE_CLASS_LOWER_BOUNDS[1:], None)
+    return FleetMfuStats(
+        statistic="per-run median MFU (each run counts once, with the median of its measurements)",
+        bin_width=fleet.MFU_BIN_WIDTH,
+        minimum_runs_per_group=fleet.MIN_FLEET_GROUP_RUNS,
+        size_classes=[
+            SizeClassRead(name=name, min_parameters=int(lower), max_parameters_exclusive=upper)
+            for name, lower, upper in zip(
+                fleet.SIZE_CLASSES, fleet.SIZE_CLASS_LOWER_BOUNDS, bounds, strict=True
+            )
+        ],
+        fleet=_groups(fleet_groups, minimum=fleet.MIN_FLEET_GROUP_RUNS),
+        tenant=_groups(tenant_groups, minimum=1),
+        run=rank,
+    )
+
+
+def _rank(connection: Connection, run: records_store.RunRecord) -> RunRank:
+    if run.fleet_bin is None or run.median_mfu is None:
+        return RunRank(
+            run_id=run.id,
+            accelerator=run.accelerator,
+            size_class=run.size_class,
+            median_mfu=None,
+            fleet_percentile_rank=None,
+            fleet_run_count=None,
+            tenant_percentile_rank=None,
+            tenant_run_count=None,
+            note="the run has no measurements yet",
+        )
+    key = (run.accelerator, run.size_class)
+    tenant_histogram = histograms_store.tenant_histograms(
+        connection, tenant=run.tenant, accelerator=run.accelerator, size_class=run.size_class
+    ).get(key, {})
+    fleet_histogram = (
+        histograms_store.fleet_histograms(
+            connection, accelerator=run.accelerator, size_class=run.size_class
+        ).get(key, {})
+        if run.in_fleet
+        else {}
+    )
+    fleet_count = sum(fleet_histogram.values())
+    shown = fleet_count >= fleet.MIN_FLEET_GROUP_RUNS
+    if not run.in_fleet:
+        note = "custom accelerators are ranked within the tenant only (their peaks are the caller's)"
+    elif not shown:
+        note = f"its fleet group has fewer than {fleet.MIN_FLEET_GROUP_RUNS} runs: no fleet rank is shown"
+    else:
+        note = "percentile ranks are mid-ranks among per-run medians (0 lowest, 1 highest)"
+    return RunRank(
+        run_id=run.id,
+        accelerator=run.accelerator,
+        size_class=run.size_class,
+        median_mfu=run.median_mfu,
+        fleet_percentile_rank=fleet.percentile_rank(fleet_histogram, run.fleet_bin) if shown else None,
+        fleet_run_count=fleet_count if shown else None,
+        tenant_percentile_rank=fleet.percentile_rank(tenant_histogram, run.fleet_bin),
+        tenant_run_count=sum(tenant_histogram.values()),
+        note=note,
+    )

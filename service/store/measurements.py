@@ -1,0 +1,220 @@
+"""Measurements: their stored encodings, the bulk insert (multi-row INSERTs on SQLite, COPY on
+PostgreSQL), and the reads of a run's history (pages, step ranges, points, step buckets).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+
+from service.store.tables import measurements
+from service.store.upserts import _SQLITE_DIALECT, _DriverInsert, _multirow
+
+
+def existing_steps(connection: Connection, *, run_pk: int, first: int, last: int) -> set[int]:
+    """Steps of the run already stored in [first, last] (a range scan of the primary key)."""
+    query = select(measurements.c.step).where(
+        measurements.c.run_pk == run_pk, measurements.c.step >= first, measurements.c.step <= last
+    )
+    return set(connection.execute(query).scalars())
+
+
+#: The measurements table's columns in order: what a measurement value tuple holds (ingest computes
+#: them as tuples: ~2x cheaper than dicts at 10,000 a request), and COPY's column order.
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(column.name for column in measurements.columns)
+MEASURED_AT = MEASUREMENT_COLUMNS.index("measured_at")
+
+
+@lru_cache(maxsize=4)
+def _measurement_insert(dialect: Dialect) -> _DriverInsert:
+    """The INSERT in the driver's parameter style (compiled once per dialect)."""
+    compiled = insert(measurements).compile(dialect=dialect, column_keys=list(MEASUREMENT_COLUMNS))
+    if compiled.positional:
+        order = tuple(compiled.positiontup or ())
+        return _DriverInsert(str(compiled), operator.itemgetter(*order), order)
+    return _DriverInsert(str(compiled), None)
+
+
+def _sqlite_time(value: datetime) -> str:
+    """What UtcDateTime binds on SQLite, without its per-value dispatch: naive UTC text in
+    SQLAlchemy's format (so rows written here and through Core read back and sort alike)."""
+    offset = value.utcoffset()
+    if offset is None:
+        raise ValueError("naive datetime given; timestamps must be timezone-aware")
+    if offset:
+        value = value.astimezone(UTC)
+    return value.isoformat(" ", "microseconds")[:26]
+
+
+def _sqlite_times(times: Sequence[datetime]) -> list[str]:
+    """:func:`_sqlite_time` of each, in bulk (ingest binds up to 10,000 a request). orjson writes a UTC time as RFC 3339 text, ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, in
+    C; that needs only re-punctuating. Anything else (another offset, a naive time) goes through
+    :func:`_sqlite_time`."""
+    texts: list[str] = orjson.loads(orjson.dumps(times, option=orjson.OPT_UTC_Z))
+    out = []
+    for index, text in enumerate(texts):
+        if len(text) == 27 and text[26] == "Z" and text[19] == ".":
+            out.append(text[:10] + " " + text[11:26])
+        elif len(text) == 20 and text[19] == "Z":
+            out.append(text[:10] + " " + text[11:19] + ".000000")
+        else:
+            out.append(_sqlite_time(times[index]))
+    return out
+
+
+def measurement_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """Measurement rows given as dicts (every column) as value tuples in ``MEASUREMENT_COLUMNS`` order."""
+    as_values = operator.itemgetter(*MEASUREMENT_COLUMNS)
+    return [as_values(row) for row in rows]
+
+
+def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The driver's parameters for measurements given as value tuples (``MEASUREMENT_COLUMNS`` order,
+    times tz-aware): what :func:`insert_measurements` sends. Made apart so that a caller can build them
+    before it takes the write lock (ingest does, in the request's thread)."""
+    if dialect.name == "postgresql":  # COPY takes the table's column order: the tuples as they are
+        if any(row[MEASURED_AT].tzinfo is None for row in values):
+            raise ValueError("naive datetime given; timestamps must be timezone-aware")
+        return list(values)
+    if _measurement_insert(dialect).column_order != MEASUREMENT_COLUMNS:
+        raise RuntimeError("the compiled measurement INSERT binds the columns in another order")
+    at = MEASURED_AT
+    times = _sqlite_times([row[at] for row in values])
+    return [(*row[:at], text, *row[at + 1 :]) for row, text in zip(values, times, strict=True)]
+
+
+def insert_measurements(
+    connection: Connection,
+    *,
+    rows: Sequence[dict[str, Any]] = (),
+    parameters: Sequence[tuple[Any, ...]] | None = None,
+) -> None:
+    """Insert measurement rows in one go at the driver: 10,000 rows per request would otherwise
+    spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: multi-row INSERTs;
+    PostgreSQL: COPY. ``parameters`` (from :func:`measurement_parameters`) replace ``rows``."""
+    if parameters is None:
+        parameters = measurement_parameters(connection.dialect, measurement_values(rows))
+    if not parameters:
+        return
+    if connection.dialect.name == "postgresql":
+        _copy_measurements(connection, parameters)
+        return
+    # Multi-row INSERTs of as many rows as SQLite takes parameters for (1,820 rows at its default of
+    # 32,766) rather than an executemany: the sqlite3 module releases the GIL around every step, and
+    # retaking it costs up to a switch interval (5 ms) while other threads run Python; the fewer the
+    # statements, the fewer the waits.
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    rows_per_insert = max(
+        1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(MEASUREMENT_COLUMNS)
+    )
+    for start in range(0, len(parameters), rows_per_insert):
+        chunk = parameters[start : start + rows_per_insert]
+        connection.exec_driver_sql(
+            _sqlite_multirow_insert(len(chunk)), tuple(itertools.chain.from_iterable(chunk))
+        )
+
+
+def _sqlite_multirow_insert(row_count: int) -> str:
+    return _multirow(_measurement_insert(_SQLITE_DIALECT).sql, row_count)
+
+
+_COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN"
+
+
+def _copy_measurements(connection: Connection, parameters: Sequence[tuple[Any, ...]]) -> None:
+    """PostgreSQL: COPY the rows in (inside the unit of work's transaction); several times faster
+    than an executemany of INSERTs. psycopg sends aware datetimes as timestamptz."""
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    driver_error = connection.dialect.loaded_dbapi.Error
+    try:
+        with dbapi_connection.cursor() as cursor, cursor.copy(_COPY_MEASUREMENTS) as copy:
+            for values in parameters:
+                copy.write_row(values)
+    except driver_error as exc:
+        # What SQLAlchemy raises for the same failure elsewhere (IntegrityError, OperationalError, ...).
+        raise DBAPIError.instance(_COPY_MEASUREMENTS, None, exc, driver_error) from exc
+
+
+def list_measurements(
+    connection: Connection,
+    *,
+    run_pk: int,
+    limit: int,
+    after_step: int | None = None,
+    min_step: int | None = None,
+    max_step: int | None = None,
+) -> list[Row[Any]]:
+    query = select(measurements).where(measurements.c.run_pk == run_pk)
+    if after_step is not None:
+        query = query.where(measurements.c.step > after_step)
+    if min_step is not None:
+        query = query.where(measurements.c.step >= min_step)
+    if max_step is not None:
+        query = query.where(measurements.c.step <= max_step)
+    return list(connection.execute(query.order_by(measurements.c.step).limit(limit)).all())
+
+
+def step_range(connection: Connection, *, run_pk: int) -> tuple[int, int]:
+    """Lowest and highest stored step of a run (two primary-key lookups: as two scalar subqueries,
+    since SQLite reads min and max from the index only when each is alone in its query; together they
+    scanned the run's rows, 2 ms at 20,000)."""
+    of_run = measurements.c.run_pk == run_pk
+    low, high = connection.execute(
+        select(
+            select(func.min(measurements.c.step)).where(of_run).scalar_subquery(),
+            select(func.max(measurements.c.step)).where(of_run).scalar_subquery(),
+        )
+    ).one()
+    return int(low), int(high)
+
+
+def measurement_points(connection: Connection, *, run_pk: int) -> list[Row[Any]]:
+    """Every measurement's (step, time, mfu, tokens/s), by step (for runs small enough to read whole)."""
+    query = (
+        select(
+            measurements.c.step,
+            measurements.c.measured_at,
+            measurements.c.mfu,
+            measurements.c.tokens_per_second,
+        )
+        .where(measurements.c.run_pk == run_pk)
+        .order_by(measurements.c.step)
+    )
+    return list(connection.execute(query).all())
+
+
+def measurement_buckets(
+    connection: Connection, *, run_pk: int, first_step: int, last_step: int, buckets: int
+) -> list[Row[Any]]:
+    """The run's measurements grouped in the database into ``buckets`` equal step ranges: per bucket
+    the count, mean/min/max MFU, mean tokens/s, first and last time, highest step."""
+    span = last_step - first_step + 1
+    bucket = ((measurements.c.step - first_step) * buckets // span).label("bucket")
+    query = (
+        select(
+            bucket,
+            func.count().label("n"),
+            func.avg(measurements.c.mfu).label("mfu"),
+            func.min(measurements.c.mfu).label("mfu_min"),
+            func.max(measurements.c.mfu).label("mfu_max"),
+            func.avg(measurements.c.tokens_per_second).label("tokens_per_second"),
+            func.min(measurements.c.measured_at).label("first_time"),
+            func.max(measurements.c.measured_at).label("last_time"),
+            func.max(measurements.c.step).label("step"),
+        )
+        .where(measurements.c.run_pk == run_pk)
+        .group_by(bucket)
+        .order_by(bucket)
+    )
+    return list(connection.execute(query).all())
