@@ -260,8 +260,18 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         overlap_pp_comm=True,
         zero=1,
     ),
-    # PyTorch FSDP (torchtitan FSDP2, llm-foundry): FlashAttention, prefetch, reshard after forward.
+    # PyTorch FSDP (llm-foundry 2023): FlashAttention, prefetch, reshard after forward, fused norms.
     "fsdp": dict(flash_attention=True, fp32_grad_accumulation=False, overlap_dp_comm=True, zero=3),
+    # torchtitan FSDP2 as its performance docs ran it: SDPA's FlashAttention-2 backend, eager
+    # element-wise kernels (no torch.compile).
+    "torchtitan-eager": dict(
+        flash_attention=True,
+        fp32_grad_accumulation=False,
+        overlap_dp_comm=True,
+        attention_kernel="flash2",
+        fused_elementwise=False,
+        zero=3,
+    ),
 }
 
 
@@ -290,7 +300,7 @@ def _generic_constraints(row: dict[str, Any]) -> PlannerConstraints:
         virtual_stage_values=(int(v),) if v else None, max_virtual_stages=64,
         first_stage_layers=par.get("first_stage_layers"), last_stage_layers=par.get("last_stage_layers"),
         overlap_ep_comm=bool(par.get("overlap_ep_comm", False)),
-        attention_kernel=par.get("attention_kernel", "flash"), **fw,
+        attention_kernel=par.get("attention_kernel", fw.pop("attention_kernel", "best")), **fw,
     )  # fmt: skip
 
 

@@ -69,7 +69,7 @@ Optimizer = Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafacto
 OPTIMIZER_NAMES: tuple[str, ...] = get_args(Optimizer)
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 SelectivePolicy = Literal["attention_core", "per_op"]
-AttentionKernel = Literal["flash", "triton"]
+AttentionKernel = Literal["best", "flash2", "triton"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 SELECTIVE_POLICIES: tuple[str, ...] = get_args(SelectivePolicy)
 
@@ -87,6 +87,9 @@ FRAGMENTATION_FRACTION = 0.05
 
 #: Bytes of one dropout mask element (Korthikanti et al. 2022 §4.1 counts masks as 1 byte).
 DROPOUT_MASK_BYTES = 1
+
+#: Bytes of one FP8 element (E4M3 / E5M2).
+FP8_BYTES = 1
 
 #: Bytes of one fp32 element (logits for the cross-entropy, FlashAttention's log-sum-exp).
 FP32_BYTES = 4
@@ -234,8 +237,10 @@ class ParallelLayout:
     its recomputation), ``shard_group_size`` hybrid sharding (HSDP: shard within groups of that many ranks,
     replicate across them). MoE: ``overlap_ep_comm`` hides the all-to-all behind the other micro-batch's
     compute (DeepSeek-V3 DualPipe), ``expert_load_imbalance`` (≥ 1) scales the busiest expert's tokens.
-    ``attention_kernel`` "flash" (FlashAttention / cuDNN fused attention) or "triton" (Triton's fused
-    attention). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
+    ``attention_kernel`` "best" (the family's fastest fused attention: FlashAttention-2 on Ampere,
+    cuDNN / FlashAttention-3 on Hopper and later), "flash2" (FlashAttention-2, PyTorch SDPA's flash
+    backend) or "triton" (Triton's fused attention). ``fused_elementwise`` False: norms, activation
+    functions and RoPE run as eager PyTorch kernels (no torch.compile, no fused kernels). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
     (NCCL rail-aligned rings); False: each rank's share crosses its own NIC (DeepSpeed ZeRO-3, 2021). ``zero_stage`` 0-3 (3 = FSDP
     FULL_SHARD, 2 = SHARD_GRAD_OP; 1 with ``fp32_grad_accumulation`` = Megatron's distributed
     optimizer). The ``overlap_*`` flags say whether that communication runs behind compute
@@ -267,8 +272,9 @@ class ParallelLayout:
     shard_group_size: int | None = None
     overlap_ep_comm: bool = False
     expert_load_imbalance: float = 1.0
-    attention_kernel: AttentionKernel = "flash"
+    attention_kernel: AttentionKernel = "best"
     pooled_nic_collectives: bool = True
+    fused_elementwise: bool = True
 
     def __post_init__(self) -> None:
         validate_layout(self)
@@ -517,6 +523,7 @@ def activation_coefficients(
     flash_attention: bool,
     element_bytes: int = 2,
     dropout: bool = True,
+    gemm_input_bytes: int | None = None,
 ) -> ActivationCoefficients:
     """Per-layer activation bytes per token (module docstring gives each term)."""
     e = float(element_bytes)
@@ -527,12 +534,16 @@ def activation_coefficients(
     t = float(tp)
     mask = float(DROPOUT_MASK_BYTES) if dropout else 0.0
 
-    replicated = spec.norms_per_layer * e * h + e * h + e * h + 2 * mask * h
-    attention = e * (heads * dqk + kv * dqk + kv * dv + heads * dv)
+    # FP8 runs save the linear layers' inputs as the FP8 copies their GEMMs read (Transformer Engine
+    # keeps the casted input for the weight-gradient GEMM): the QKV and MLP inputs, the output
+    # projection's and the down projection's inputs at 1 byte.
+    g_in = float(gemm_input_bytes) if gemm_input_bytes is not None else e
+    replicated = spec.norms_per_layer * e * h + g_in * h + g_in * h + 2 * mask * h
+    attention = e * (heads * dqk + kv * dqk + kv * dv) + g_in * heads * dv
     gated = spec.ffn_kind == "gated"
 
     def mlp_bytes(width: float) -> float:
-        return e * (3 * width if gated else 2 * width)
+        return e * (2 * width if gated else width) + g_in * width
 
     n_moe = spec.n_moe_layers
     dense_mlp = mlp_bytes(float(spec.d_ff))
@@ -654,6 +665,7 @@ def _stage_memory(
     in_flight: float,
     first: bool,
     middle: bool = False,
+    fp8: bool = False,
 ) -> _StageMemory:
     sp = stage_parameters(
         spec, layout.tp, layout.pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers
@@ -679,6 +691,7 @@ def _stage_memory(
         layout.flash_attention,
         element_bytes,
         dropout,
+        FP8_BYTES if fp8 else None,
     )
     tokens_per_sequence = seq_len_tokens / layout.cp
     per_layer = layer_activation_bytes_per_token(coeff, layout)
@@ -740,8 +753,13 @@ def estimate_memory(
         m = global_batch_sequences / (layout.dp * layout.micro_batch_sequences)
         in_flight = float(min(layout.pp, max(math.ceil(m), 1)))
     b = layout.micro_batch_sequences
-    first = _stage_memory(spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, True)
-    last = _stage_memory(spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, False)
+    fp8 = precision == "fp8"
+    first = _stage_memory(
+        spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, True, fp8=fp8
+    )
+    last = _stage_memory(
+        spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, False, fp8=fp8
+    )
     first_total = _total(first, b)[2]
     last_total = _total(last, b)[2]
     middle_total = 0.0

@@ -99,6 +99,27 @@ FLASH_BACKWARD_FLOPS_RATIO = 2.5
 #: FlashAttention-2 on the same GPU: ~0.6 (Dao 2023, FlashAttention-2 Fig. 4, A100: Triton 100-130
 #: TFLOP/s forward where FlashAttention-2 reaches 190-200).
 TRITON_ATTENTION_RELATIVE = 0.6
+#: FlashAttention-2 on Hopper reaches ~35% of the dense peak (Shah et al. 2024, FlashAttention-3 §1),
+#: against the ~55% of the Hopper family's best fused kernel (cuDNN / FlashAttention-3).
+FLASH2_ON_HOPPER_RELATIVE = 0.35 / 0.55
+#: Eager PyTorch element-wise kernels move this many times the bytes of fused ones: an fp32 RMSNorm as
+#: torchtitan writes it (cast, pow, mean, rsqrt, mul, cast, mul weight: ~32 bytes per element against
+#: 4 fused), SwiGLU's silu and product (10 against 6), complex RoPE (~5x); about 3x over a layer's
+#: memory-bound traffic.
+EAGER_ELEMENTWISE_TRAFFIC = 3.0
+
+
+def attention_kernel_share(family: str, kernel: str) -> float:
+    """Speed of a fused-attention kernel relative to the family's best (``attention_*_efficiency``)."""
+    later = family in ("hopper", "blackwell", "generic")
+    flash2 = FLASH2_ON_HOPPER_RELATIVE if later else 1.0
+    if kernel == "flash2":
+        return flash2
+    if kernel == "triton":
+        return flash2 * TRITON_ATTENTION_RELATIVE
+    return 1.0
+
+
 #: NVLink's per-step latency (hardware_behaviour.NVLINK); a larger latency marks a cross-node link.
 NVLINK_LATENCY_SECONDS = 1e-6
 #: Bytes moved per element to quantise a GEMM operand to FP8 (read 2-byte BF16, write 1-byte FP8) and
@@ -259,7 +280,8 @@ def _layer_costs(
     precision: Precision,
     matmul_scale: float,
     expert_load_imbalance: float = 1.0,
-    attention_kernel: str = "flash",
+    attention_kernel: str = "best",
+    fused_elementwise: bool = True,
 ) -> _LayerCosts:
     acc = cluster.accelerator
     behaviour = behaviour_for(acc)
@@ -324,7 +346,7 @@ def _layer_costs(
     executed /= spec.n_layers
     score_flops = 2.0 * T * executed * heads * (dqk + dv) / t
     if flash:
-        kernel_share = TRITON_ATTENTION_RELATIVE if attention_kernel == "triton" else 1.0
+        kernel_share = attention_kernel_share(behaviour.family, attention_kernel)
         eff_f = behaviour.attention_forward_efficiency * matmul_scale * kernel_share
         eff_b = behaviour.attention_backward_efficiency * matmul_scale * kernel_share
         attn_f = score_flops / (attention_peak * min(eff_f, 1.0))
@@ -358,6 +380,8 @@ def _layer_costs(
     softmax_tok = 0.0 if flash else ((4 * e + mask) if dropout else 2 * e) * heads * s / t
     kernel_bytes = T * e * h / rep
     mem_eff = behaviour.memory_efficiency(kernel_bytes)
+    if not fused_elementwise:
+        bytes_tok *= EAGER_ELEMENTWISE_TRAFFIC
     mem_f = T * bytes_tok / (hbm * mem_eff)
     softmax_mem_f = T * softmax_tok / (hbm * behaviour.memory_efficiency(T * e * heads * s / t))
 
@@ -391,7 +415,7 @@ def _layer_costs(
     embed_mem_f = T * (2 * e * h + mask * h) / rep / (hbm * mem_eff)
     p2p_bytes = T * h * e / t
     attention_kernels = 1.0 if flash else 4.0  # fused kernel, or 2 batched GEMMs + softmax + dropout
-    kernels = 4.0 + attention_kernels + spec.norms_per_layer + 2.0 + 1.0
+    kernels = 4.0 + attention_kernels + spec.norms_per_layer * (1.0 if fused_elementwise else 6.0) + 2.0 + 1.0
     kernels += 1.0 if spec.position_embedding == "rope" else 0.0
     kernels += 2.0 if tp > 1 else 0.0
     kernels += frac_moe * (6.0 + (2.0 if ep > 1 else 0.0))  # router, permute/unpermute, grouped GEMMs
@@ -511,7 +535,7 @@ def _predict(
     lc = _layer_costs(spec, s, tp, cp, layout.ep, layout.micro_batch_sequences, layout.sequence_parallel,
                       layout.flash_attention, dropout, cluster, precision,
                       calibration.matmul_efficiency_scale, layout.expert_load_imbalance,
-                      layout.attention_kernel)  # fmt: skip
+                      layout.attention_kernel, layout.fused_elementwise)  # fmt: skip
     overlap = calibration.overlap_fraction
     f_tp = TP_OVERLAP_FRACTION if overlap is None else overlap
     f_dp = DP_OVERLAP_FRACTION if overlap is None else overlap

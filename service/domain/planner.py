@@ -76,8 +76,9 @@ class PlannerConstraints:
     regather_for_recompute: bool = False
     overlap_ep_comm: bool = False
     expert_load_imbalance: float = 1.0
-    attention_kernel: AttentionKernel = "flash"
+    attention_kernel: AttentionKernel = "best"
     pooled_nic_collectives: bool = True
+    fused_elementwise: bool = True
 
     def __post_init__(self) -> None:
         for mode in self.recompute_modes:
@@ -347,6 +348,7 @@ def _evaluate_block(
                         regather_for_recompute=c.regather_for_recompute, shard_group_size=group,
                         overlap_ep_comm=c.overlap_ep_comm, expert_load_imbalance=c.expert_load_imbalance,
                         attention_kernel=c.attention_kernel, pooled_nic_collectives=c.pooled_nic_collectives,
+                        fused_elementwise=c.fused_elementwise,
                     )  # fmt: skip
                     if v > 1 and m % pp:
                         rejected.add("interleaving needs micro-batches to be a multiple of pp", layout)
