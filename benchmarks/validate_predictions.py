@@ -287,7 +287,8 @@ def _generic_constraints(row: dict[str, Any]) -> PlannerConstraints:
         ks: tuple[int, ...] = (every_k,)
         policies: tuple[SelectivePolicy, ...] = (policy,)
     else:
-        modes, ks, policies = ("none", "selective", "full"), (1,), ("attention_core",)
+        # Unpublished: the planner picks among the policies the framework offers.
+        modes, ks, policies = ("none", "selective", "full"), (1, 2, 4), ("attention_core", "per_op")
     if "sequence_parallel" in par:
         fw["sequence_parallel"] = bool(par["sequence_parallel"])
     b = par.get("micro_batch_sequences")
@@ -394,7 +395,9 @@ def print_table(results: list[RowResult]) -> None:
     print("-" * len(header))
     for r in results:
         lay = r.prediction.layout
+        policy = {"full": f"/k={lay.recompute_every_k_layers}", "selective": f"/{lay.selective_policy}"}
         knobs = f"b={lay.micro_batch_sequences} v={lay.virtual_stages} recompute={lay.recompute}"
+        knobs += policy.get(lay.recompute, "")
         print(
             f"{r.id:40s} {r.reported_mfu * 100:8.1f}% {r.predicted_mfu * 100:8.1f}% {r.error_points:+9.1f}  {knobs}"
         )

@@ -71,6 +71,8 @@ ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 SelectivePolicy = Literal["attention_core", "per_op"]
 AttentionKernel = Literal["best", "flash2", "triton"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+GatherUnit = Literal["layer", "module"]
+GATHER_UNITS: tuple[str, ...] = get_args(GatherUnit)
 SELECTIVE_POLICIES: tuple[str, ...] = get_args(SelectivePolicy)
 
 GIB = 2**30
@@ -240,7 +242,9 @@ class ParallelLayout:
     ``attention_kernel`` "best" (the family's fastest fused attention: FlashAttention-2 on Ampere,
     cuDNN / FlashAttention-3 on Hopper and later), "flash2" (FlashAttention-2, PyTorch SDPA's flash
     backend) or "triton" (Triton's fused attention). ``fused_elementwise`` False: norms, activation
-    functions and RoPE run as eager PyTorch kernels (no torch.compile, no fused kernels). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
+    functions and RoPE run as eager PyTorch kernels (no torch.compile, no fused kernels).
+    ``zero3_gather_unit``: ZeRO-3 gathers a whole transformer layer at a time ("layer": FSDP wrapping
+    each block) or one weight matrix ("module": DeepSpeed's per-submodule fetch). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
     (NCCL rail-aligned rings); False: each rank's share crosses its own NIC (DeepSpeed ZeRO-3, 2021). ``zero_stage`` 0-3 (3 = FSDP
     FULL_SHARD, 2 = SHARD_GRAD_OP; 1 with ``fp32_grad_accumulation`` = Megatron's distributed
     optimizer). The ``overlap_*`` flags say whether that communication runs behind compute
@@ -275,6 +279,7 @@ class ParallelLayout:
     attention_kernel: AttentionKernel = "best"
     pooled_nic_collectives: bool = True
     fused_elementwise: bool = True
+    zero3_gather_unit: GatherUnit = "layer"
 
     def __post_init__(self) -> None:
         validate_layout(self)
@@ -332,6 +337,11 @@ def validate_layout(layout: ParallelLayout) -> None:
         raise InvalidInput(
             f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {layout.attention_kernel!r}.",
             field="attention_kernel",
+        )
+    if layout.zero3_gather_unit not in GATHER_UNITS:
+        raise InvalidInput(
+            f"zero3_gather_unit must be one of {', '.join(GATHER_UNITS)}, got {layout.zero3_gather_unit!r}.",
+            field="zero3_gather_unit",
         )
     imb = layout.expert_load_imbalance
     if (
@@ -644,6 +654,16 @@ class _StageMemory:
     parameters: float
 
 
+def largest_module_parameters(spec: ModelSpec) -> float:
+    """Parameters of the model's largest single weight matrix (one projection of a layer)."""
+    h = spec.d_model
+    kv_width = spec.n_kv_heads * spec.qk_head_dim
+    qkv = h * (spec.n_heads * spec.qk_head_dim + 2 * kv_width)
+    out = spec.n_heads * spec.value_head_dim * h
+    ffn = h * max(spec.d_ff, spec.expert_d_ff)
+    return float(max(qkv, out, ffn))
+
+
 def layer_activation_bytes_per_token(coeff: ActivationCoefficients, layout: ParallelLayout) -> float:
     """Activation bytes per token one transformer layer keeps for backward under the layout's
     checkpointing policy (averaged over layers for every-k-th-layer checkpointing)."""
@@ -711,8 +731,12 @@ def _stage_memory(
         per_token += coeff.logits_per_token
     buffers = 0.0
     if layout.zero_stage >= 3:
-        layer_params = sp.layer_dense + sp.layer_expert
-        buffers = layer_params * (ZERO3_GATHERED_LAYERS * state.weight_bytes + state.gradient_bytes)
+        unit = sp.layer_dense + sp.layer_expert
+        if layout.zero3_gather_unit == "module":
+            # DeepSpeed's estimator counts the largest module's parameters (estimate_zero3_model_states_
+            # mem_needs, largest_layer_params): the biggest weight matrix, split by tp.
+            unit = min(unit, largest_module_parameters(spec) / layout.tp)
+        buffers = unit * (ZERO3_GATHERED_LAYERS * state.weight_bytes + state.gradient_bytes)
     return _StageMemory(
         weights=dense * w + expert * we,
         gradients=dense * g + expert * ge,

@@ -99,6 +99,10 @@ FLASH_BACKWARD_FLOPS_RATIO = 2.5
 #: FlashAttention-2 on the same GPU: ~0.6 (Dao 2023, FlashAttention-2 Fig. 4, A100: Triton 100-130
 #: TFLOP/s forward where FlashAttention-2 reaches 190-200).
 TRITON_ATTENTION_RELATIVE = 0.6
+#: Share of the SMs a running NCCL collective occupies: up to 16 channels (NCCL_MAX_NCHANNELS default
+#: on NVLink/IB systems), one thread block each, of the 108 SMs of an A100 / 132 of an H100 (NCCL
+#: environment-variable docs; CUDA occupancy).
+NCCL_SM_SHARE = 0.12
 #: FlashAttention-2 on Hopper reaches ~35% of the dense peak (Shah et al. 2024, FlashAttention-3 §1),
 #: against the ~55% of the Hopper family's best fused kernel (cuDNN / FlashAttention-3).
 FLASH2_ON_HOPPER_RELATIVE = 0.35 / 0.55
@@ -718,6 +722,11 @@ def _predict(
         dp_exposed = max(grads - f_dp * (bwd_stage + half_bubble), 0.0) + max(
             params - f_dp * (fwd_stage + half_bubble), 0.0
         )
+
+    # Hidden data-parallel traffic still takes the SMs its NCCL kernels run on: the compute it overlaps
+    # runs that much slower.
+    hidden_dp = max(dp_total - dp_exposed, 0.0)
+    dp_exposed += hidden_dp * NCCL_SM_SHARE / (1.0 - NCCL_SM_SHARE)
 
     # Optimizer step: memory-bound over the local parameters.
     shard = n_shard if zero >= 1 else 1

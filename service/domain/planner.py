@@ -26,6 +26,7 @@ from service.domain.hardware_behaviour import NO_CALIBRATION, Calibration
 from service.domain.memory import (
     SELECTIVE_POLICIES,
     AttentionKernel,
+    GatherUnit,
     Optimizer,
     ParallelLayout,
     SelectivePolicy,
@@ -79,6 +80,7 @@ class PlannerConstraints:
     attention_kernel: AttentionKernel = "best"
     pooled_nic_collectives: bool = True
     fused_elementwise: bool = True
+    zero3_gather_unit: GatherUnit = "layer"
 
     def __post_init__(self) -> None:
         for mode in self.recompute_modes:
@@ -348,7 +350,7 @@ def _evaluate_block(
                         regather_for_recompute=c.regather_for_recompute, shard_group_size=group,
                         overlap_ep_comm=c.overlap_ep_comm, expert_load_imbalance=c.expert_load_imbalance,
                         attention_kernel=c.attention_kernel, pooled_nic_collectives=c.pooled_nic_collectives,
-                        fused_elementwise=c.fused_elementwise,
+                        fused_elementwise=c.fused_elementwise, zero3_gather_unit=c.zero3_gather_unit,
                     )  # fmt: skip
                     if v > 1 and m % pp:
                         rejected.add("interleaving needs micro-batches to be a multiple of pp", layout)
