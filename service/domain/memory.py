@@ -68,6 +68,12 @@ from service.domain.models import ModelSpec, layer_parameters
 Optimizer = Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafactor", "adam_8bit"]
 OPTIMIZER_NAMES: tuple[str, ...] = get_args(Optimizer)
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+SelectivePolicy = Literal["attention_core", "per_op"]
+AttentionKernel = Literal["best", "flash2", "triton"]
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+GatherUnit = Literal["layer", "module"]
+GATHER_UNITS: tuple[str, ...] = get_args(GatherUnit)
+SELECTIVE_POLICIES: tuple[str, ...] = get_args(SelectivePolicy)
 
 GIB = 2**30
 
@@ -83,6 +89,9 @@ FRAGMENTATION_FRACTION = 0.05
 
 #: Bytes of one dropout mask element (Korthikanti et al. 2022 §4.1 counts masks as 1 byte).
 DROPOUT_MASK_BYTES = 1
+
+#: Bytes of one FP8 element (E4M3 / E5M2).
+FP8_BYTES = 1
 
 #: Bytes of one fp32 element (logits for the cross-entropy, FlashAttention's log-sum-exp).
 FP32_BYTES = 4
@@ -217,7 +226,26 @@ class ParallelLayout:
 
     ``tp`` tensor, ``pp`` pipeline (``virtual_stages`` = interleaved chunks per device, Megatron's v),
     ``dp`` data, ``cp`` context, ``ep`` expert parallel (carved out of ``dp·cp``); devices =
-    tp·pp·dp·cp. ``micro_batch_sequences`` sequences per micro-batch. ``zero_stage`` 0-3 (3 = FSDP
+    tp·pp·dp·cp. ``micro_batch_sequences`` sequences per micro-batch.
+
+    Uneven pipelines: ``first_stage_layers``/``last_stage_layers`` pin the transformer layers on the first
+    and last stage (Megatron-LM ``--decoder-first/last-pipeline-num-layers``); the rest spread over the
+    middle stages (:func:`stage_layer_counts`). Checkpointing: ``recompute="full"`` with
+    ``recompute_every_k_layers`` k checkpoints one layer in k (torchtitan ``selective_ac_option=k``);
+    ``recompute="selective"`` with ``selective_policy`` "attention_core" (Korthikanti et al. 2022) or
+    "per_op" (torchtitan per-op SAC: saves every other matmul output and the attention output, recomputes
+    the rest). ZeRO-3: ``reshard_after_forward`` (FSDP; False = keep the gathered layer for backward, ZeRO++
+    style), ``regather_for_recompute`` (DeepSpeed ZeRO-3 gathers a checkpointed layer's weights again for
+    its recomputation), ``shard_group_size`` hybrid sharding (HSDP: shard within groups of that many ranks,
+    replicate across them). MoE: ``overlap_ep_comm`` hides the all-to-all behind the other micro-batch's
+    compute (DeepSeek-V3 DualPipe), ``expert_load_imbalance`` (≥ 1) scales the busiest expert's tokens.
+    ``attention_kernel`` "best" (the family's fastest fused attention: FlashAttention-2 on Ampere,
+    cuDNN / FlashAttention-3 on Hopper and later), "flash2" (FlashAttention-2, PyTorch SDPA's flash
+    backend) or "triton" (Triton's fused attention). ``fused_elementwise`` False: norms, activation
+    functions and RoPE run as eager PyTorch kernels (no torch.compile, no fused kernels).
+    ``zero3_gather_unit``: ZeRO-3 gathers a whole transformer layer at a time ("layer": FSDP wrapping
+    each block) or one weight matrix ("module": DeepSpeed's per-submodule fetch). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
+    (NCCL rail-aligned rings); False: each rank's share crosses its own NIC (DeepSpeed ZeRO-3, 2021). ``zero_stage`` 0-3 (3 = FSDP
     FULL_SHARD, 2 = SHARD_GRAD_OP; 1 with ``fp32_grad_accumulation`` = Megatron's distributed
     optimizer). The ``overlap_*`` flags say whether that communication runs behind compute
     (Megatron ``--tp-comm-overlap``, ``--overlap-grad-reduce``/``--overlap-param-gather``, FSDP
@@ -239,9 +267,28 @@ class ParallelLayout:
     overlap_tp_comm: bool = False
     overlap_dp_comm: bool = True
     overlap_pp_comm: bool = True
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    recompute_every_k_layers: int = 1
+    selective_policy: SelectivePolicy = "attention_core"
+    reshard_after_forward: bool = True
+    regather_for_recompute: bool = False
+    shard_group_size: int | None = None
+    overlap_ep_comm: bool = False
+    expert_load_imbalance: float = 1.0
+    attention_kernel: AttentionKernel = "best"
+    pooled_nic_collectives: bool = True
+    fused_elementwise: bool = True
+    zero3_gather_unit: GatherUnit = "layer"
 
     def __post_init__(self) -> None:
         validate_layout(self)
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks one ZeRO shard group spans: ``dp·cp``, or ``shard_group_size`` under hybrid sharding."""
+        full = self.dp * self.cp
+        return full if self.shard_group_size is None else min(self.shard_group_size, full)
 
     @property
     def device_count(self) -> int:
@@ -271,6 +318,47 @@ def validate_layout(layout: ParallelLayout) -> None:
             "virtual_stages > 1 (interleaving) needs pipeline parallelism: set pp > 1 or virtual_stages 1.",
             field="virtual_stages",
         )
+    for name in ("first_stage_layers", "last_stage_layers", "shard_group_size"):
+        value = getattr(layout, name)
+        if value is not None:
+            _positive_int(value, name)
+    _positive_int(layout.recompute_every_k_layers, "recompute_every_k_layers")
+    if layout.pp == 1 and (layout.first_stage_layers is not None or layout.last_stage_layers is not None):
+        raise InvalidInput(
+            "first_stage_layers/last_stage_layers need pp > 1; leave them unset for pp = 1.",
+            field="first_stage_layers",
+        )
+    if layout.selective_policy not in SELECTIVE_POLICIES:
+        raise InvalidInput(
+            f"selective_policy must be one of {', '.join(SELECTIVE_POLICIES)}, got {layout.selective_policy!r}.",
+            field="selective_policy",
+        )
+    if layout.attention_kernel not in ATTENTION_KERNELS:
+        raise InvalidInput(
+            f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {layout.attention_kernel!r}.",
+            field="attention_kernel",
+        )
+    if layout.zero3_gather_unit not in GATHER_UNITS:
+        raise InvalidInput(
+            f"zero3_gather_unit must be one of {', '.join(GATHER_UNITS)}, got {layout.zero3_gather_unit!r}.",
+            field="zero3_gather_unit",
+        )
+    imb = layout.expert_load_imbalance
+    if (
+        isinstance(imb, bool)
+        or not isinstance(imb, int | float)
+        or not math.isfinite(imb)
+        or not 1.0 <= imb <= 16.0
+    ):
+        raise InvalidInput(
+            f"expert_load_imbalance must be within [1, 16] (busiest expert's tokens over the mean), got {imb!r}.",
+            field="expert_load_imbalance",
+        )
+    if layout.shard_group_size is not None and (layout.dp * layout.cp) % layout.shard_group_size:
+        raise InvalidInput(
+            f"shard_group_size ({layout.shard_group_size}) must divide dp·cp ({layout.dp * layout.cp}).",
+            field="shard_group_size",
+        )
     if (layout.dp * layout.cp) % layout.ep:
         raise InvalidInput(
             f"ep ({layout.ep}) must divide dp·cp ({layout.dp * layout.cp}): expert parallelism is carved "
@@ -288,10 +376,14 @@ def check_layout_for_model(spec: ModelSpec, seq_len_tokens: int, layout: Paralle
     _positive_int(seq_len_tokens, "seq_len_tokens")
     if layout.pp > spec.n_layers:
         raise InvalidInput(f"pp ({layout.pp}) exceeds the model's {spec.n_layers} layers.", field="pp")
-    if layout.virtual_stages > 1 and spec.n_layers % (layout.pp * layout.virtual_stages):
+    first, middle, last = stage_layer_counts(
+        spec.n_layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+    )
+    fewest = min(first, last, middle if layout.pp > 2 else first)
+    if layout.virtual_stages > 1 and fewest < layout.virtual_stages:
         raise InvalidInput(
-            f"n_layers ({spec.n_layers}) must be divisible by pp·virtual_stages "
-            f"({layout.pp * layout.virtual_stages}) for the interleaved schedule.",
+            f"every stage needs at least virtual_stages ({layout.virtual_stages}) layers for the interleaved "
+            f"schedule; the smallest stage has {fewest}.",
             field="virtual_stages",
         )
     if seq_len_tokens % layout.cp:
@@ -308,6 +400,47 @@ def check_layout_for_model(spec: ModelSpec, seq_len_tokens: int, layout: Paralle
 # Parameters per stage
 
 
+@functools.lru_cache(maxsize=8192)
+def stage_layer_counts(
+    n_layers: int, pp: int, first_stage_layers: int | None = None, last_stage_layers: int | None = None
+) -> tuple[int, int, int]:
+    """Transformer layers on the (first, fullest middle, last) pipeline stage.
+
+    Pinned counts are used as given (Megatron-LM ``--decoder-first/last-pipeline-num-layers``); the
+    rest of the layers spread over the middle stages, the extra ones on the earliest. Unpinned: an even
+    split when ``pp`` divides ``n_layers``, otherwise the remainder goes to the middle stages first, so
+    the stages that also carry the embedding and the logits get the fewer layers (Llama 3 405B: 126
+    layers on 16 stages, 7 on the first and last; torchtitan and DeepSpeed's parameter-balanced
+    partitions do the same). With pp = 1 all three are ``n_layers``. Raises InvalidInput when the
+    pinned counts leave a stage without a layer.
+    """
+    if pp == 1:
+        return n_layers, n_layers, n_layers
+    base, rem = divmod(n_layers, pp)
+    middles = pp - 2
+    first = first_stage_layers
+    last = last_stage_layers
+    if first is None and last is None:
+        extra_middle = min(rem, middles)
+        rem -= extra_middle
+        first = base + (1 if rem > 0 else 0)
+        last = base + (1 if rem > 1 else 0)
+    elif first is None:
+        first = (n_layers - (last or 0)) // (pp - 1)
+    elif last is None:
+        last = (n_layers - first) // (pp - 1)
+    assert first is not None and last is not None
+    rest = n_layers - first - last
+    if first < 1 or last < 1 or rest < middles or (middles == 0 and rest != 0):
+        raise InvalidInput(
+            f"first_stage_layers ({first}) and last_stage_layers ({last}) must leave at least one of the "
+            f"{n_layers} layers for each of the {middles} middle stages (and none over with pp = 2).",
+            field="first_stage_layers",
+        )
+    middle = -(-rest // middles) if middles else max(first, last)
+    return first, middle, last
+
+
 @dataclass(frozen=True, slots=True)
 class StageParameters:
     """Parameters one device holds on the first and the last pipeline stage (``dense`` = everything
@@ -320,12 +453,22 @@ class StageParameters:
     layers_first_stage: int
     layer_dense: float
     layer_expert: float
+    layers_middle_stage: int = 0
+    layers_last_stage: int = 0
 
 
 @functools.lru_cache(maxsize=8192)
-def stage_parameters(spec: ModelSpec, tp: int, pp: int, ep: int) -> StageParameters:
-    """Per-device parameters on the first and last stage; layers split as evenly as Megatron's
-    ``ceil(L/p)`` on the first stage. MoE layers are spread evenly (their share of L on every stage)."""
+def stage_parameters(
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    ep: int,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+) -> StageParameters:
+    """Per-device parameters on the first, fullest middle and last stage, the layers split by
+    :func:`stage_layer_counts`. MoE layers are spread evenly (their share of L on every stage); the
+    input embedding sits on the first stage, the output layer and final norm on the last."""
     lp = layer_parameters(spec)
     norm_size = 2 * spec.d_model if spec.norm_has_bias else spec.d_model
     norms = spec.norms_per_layer * norm_size + lp.attention_norms
@@ -336,9 +479,9 @@ def stage_parameters(spec: ModelSpec, tp: int, pp: int, ep: int) -> StageParamet
     moe_layer = attn + lp.moe_shared_weights / tp + lp.moe_router + norms
     layer_dense = ((n_layers - n_moe) * dense_layer + n_moe * moe_layer) / n_layers
     layer_expert = n_moe * spec.n_experts * lp.moe_expert_weights / (tp * ep) / n_layers
-    per_stage = math.ceil(n_layers / pp)
-    last_layers = n_layers - per_stage * (pp - 1) if pp > 1 else n_layers
-    last_layers = max(last_layers, 1)
+    first_layers, middle_layers, last_layers = stage_layer_counts(
+        n_layers, pp, first_stage_layers, last_stage_layers
+    )
     d = spec.d_model
     final_norm = norm_size if spec.final_norm else 0
     emb_norm = norm_size if spec.embedding_norm else 0
@@ -346,20 +489,20 @@ def stage_parameters(spec: ModelSpec, tp: int, pp: int, ep: int) -> StageParamet
     input_emb = (spec.vocab_size * d + position) / tp + emb_norm
     # Megatron keeps a copy of a tied word embedding on the last stage for the output layer.
     output_emb = spec.vocab_size * d / tp if (not spec.tied_embeddings or pp > 1) else 0.0
-    first = per_stage * layer_dense + input_emb
-    last = last_layers * layer_dense + output_emb + final_norm
     if pp == 1:
-        only = first + output_emb + final_norm
-        return StageParameters(only, per_stage * layer_expert, only, per_stage * layer_expert,
-                               per_stage, layer_dense, layer_expert)  # fmt: skip
+        only = n_layers * layer_dense + input_emb + output_emb + final_norm
+        return StageParameters(only, n_layers * layer_expert, only, n_layers * layer_expert,
+                               n_layers, layer_dense, layer_expert, n_layers, n_layers)  # fmt: skip
     return StageParameters(
-        first,
-        per_stage * layer_expert,
-        last,
+        first_layers * layer_dense + input_emb,
+        first_layers * layer_expert,
+        last_layers * layer_dense + output_emb + final_norm,
         last_layers * layer_expert,
-        per_stage,
+        first_layers,
         layer_dense,
         layer_expert,
+        middle_layers if pp > 2 else 0,
+        last_layers,
     )
 
 
@@ -378,6 +521,7 @@ class ActivationCoefficients:
     per_token_full: float
     embedding_per_token: float
     logits_per_token: float
+    per_token_per_op: float = 0.0
 
 
 @functools.lru_cache(maxsize=16384)
@@ -389,6 +533,7 @@ def activation_coefficients(
     flash_attention: bool,
     element_bytes: int = 2,
     dropout: bool = True,
+    gemm_input_bytes: int | None = None,
 ) -> ActivationCoefficients:
     """Per-layer activation bytes per token (module docstring gives each term)."""
     e = float(element_bytes)
@@ -399,12 +544,16 @@ def activation_coefficients(
     t = float(tp)
     mask = float(DROPOUT_MASK_BYTES) if dropout else 0.0
 
-    replicated = spec.norms_per_layer * e * h + e * h + e * h + 2 * mask * h
-    attention = e * (heads * dqk + kv * dqk + kv * dv + heads * dv)
+    # FP8 runs save the linear layers' inputs as the FP8 copies their GEMMs read (Transformer Engine
+    # keeps the casted input for the weight-gradient GEMM): the QKV and MLP inputs, the output
+    # projection's and the down projection's inputs at 1 byte.
+    g_in = float(gemm_input_bytes) if gemm_input_bytes is not None else e
+    replicated = spec.norms_per_layer * e * h + g_in * h + g_in * h + 2 * mask * h
+    attention = e * (heads * dqk + kv * dqk + kv * dv) + g_in * heads * dv
     gated = spec.ffn_kind == "gated"
 
     def mlp_bytes(width: float) -> float:
-        return e * (3 * width if gated else 2 * width)
+        return e * (2 * width if gated else width) + g_in * width
 
     n_moe = spec.n_moe_layers
     dense_mlp = mlp_bytes(float(spec.d_ff))
@@ -423,7 +572,13 @@ def activation_coefficients(
     full = e * h / rep_div
     embedding = mask * h / rep_div  # the embedding output is the first layer's input (counted there)
     logits = FP32_BYTES * spec.vocab_size / t + e * h / rep_div
-    return ActivationCoefficients(none, selective, full, embedding, logits)
+    # torchtitan per-op SAC (torchtitan/models/llama3/infra/parallelize.py, _save_list): the layer input,
+    # every other matmul output, and the attention kernel's output and log-sum-exp are kept; norms,
+    # activation functions and the other matmuls are recomputed.
+    c = 2.0 if gated else 1.0
+    matmul_outputs = e * (heads * dqk + kv * dqk + kv * dv + h) + e * h + c * mlp / (3 if gated else 2)
+    per_op = e * h / rep_div + 0.5 * matmul_outputs / t + (e * heads * dv + FP32_BYTES * heads) / t
+    return ActivationCoefficients(none, selective, full, embedding, logits, min(per_op, selective))
 
 
 def interleave_factor(pp: int, virtual_stages: int) -> float:
@@ -499,6 +654,27 @@ class _StageMemory:
     parameters: float
 
 
+def largest_module_parameters(spec: ModelSpec) -> float:
+    """Parameters of the model's largest single weight matrix (one projection of a layer)."""
+    h = spec.d_model
+    kv_width = spec.n_kv_heads * spec.qk_head_dim
+    qkv = h * (spec.n_heads * spec.qk_head_dim + 2 * kv_width)
+    out = spec.n_heads * spec.value_head_dim * h
+    ffn = h * max(spec.d_ff, spec.expert_d_ff)
+    return float(max(qkv, out, ffn))
+
+
+def layer_activation_bytes_per_token(coeff: ActivationCoefficients, layout: ParallelLayout) -> float:
+    """Activation bytes per token one transformer layer keeps for backward under the layout's
+    checkpointing policy (averaged over layers for every-k-th-layer checkpointing)."""
+    if layout.recompute == "none":
+        return coeff.per_token_none
+    if layout.recompute == "selective":
+        return coeff.per_token_per_op if layout.selective_policy == "per_op" else coeff.per_token_selective
+    k = layout.recompute_every_k_layers
+    return (coeff.per_token_full + (k - 1) * coeff.per_token_none) / k
+
+
 def _stage_memory(
     spec: ModelSpec,
     seq_len_tokens: int,
@@ -508,15 +684,25 @@ def _stage_memory(
     dropout: bool,
     in_flight: float,
     first: bool,
+    middle: bool = False,
+    fp8: bool = False,
 ) -> _StageMemory:
-    sp = stage_parameters(spec, layout.tp, layout.pp, layout.ep)
-    shard = layout.dp * layout.cp
+    sp = stage_parameters(
+        spec, layout.tp, layout.pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers
+    )
+    shard = layout.shard_degree
     w, g, o = model_state_bytes_per_parameter(state, zero_stage=layout.zero_stage, shard_degree=shard)
     we, ge, oe = model_state_bytes_per_parameter(
         state, zero_stage=layout.zero_stage, shard_degree=max(shard // layout.ep, 1)
     )
-    dense = sp.first_dense if first else sp.last_dense
-    expert = sp.first_expert if first else sp.last_expert
+    if middle:
+        dense = sp.layers_middle_stage * sp.layer_dense
+        expert = sp.layers_middle_stage * sp.layer_expert
+        layers = sp.layers_middle_stage
+    else:
+        dense = sp.first_dense if first else sp.last_dense
+        expert = sp.first_expert if first else sp.last_expert
+        layers = sp.layers_first_stage if first else sp.layers_last_stage
     coeff = activation_coefficients(
         spec,
         seq_len_tokens,
@@ -525,31 +711,32 @@ def _stage_memory(
         layout.flash_attention,
         element_bytes,
         dropout,
+        FP8_BYTES if fp8 else None,
     )
     tokens_per_sequence = seq_len_tokens / layout.cp
-    layers = (
-        sp.layers_first_stage if first else max(spec.n_layers - sp.layers_first_stage * (layout.pp - 1), 1)
-    )
-    if layout.pp == 1:
-        layers = spec.n_layers
-    if layout.recompute == "none":
-        per_layer = coeff.per_token_none
-    elif layout.recompute == "selective":
-        per_layer = coeff.per_token_selective
+    per_layer = layer_activation_bytes_per_token(coeff, layout)
+    if first or middle:
+        # 1F1B: the stage at position i holds p − i micro-batches in flight (the second stage one fewer
+        # than the first).
+        held = (in_flight - (1.0 if middle else 0.0)) * interleave_factor(layout.pp, layout.virtual_stages)
+        held = max(held, 1.0)
     else:
-        per_layer = coeff.per_token_full
-    held = in_flight * interleave_factor(layout.pp, layout.virtual_stages) if first else 1.0
+        held = 1.0
     per_token = per_layer * layers * held
     if layout.recompute == "full":
         per_token += coeff.per_token_none  # one layer's working set while it is recomputed
-    if first:
+    if first and not middle:
         per_token += coeff.embedding_per_token * held
-    if not first or layout.pp == 1:
+    if (not first and not middle) or layout.pp == 1:
         per_token += coeff.logits_per_token
     buffers = 0.0
     if layout.zero_stage >= 3:
-        layer_params = sp.layer_dense + sp.layer_expert
-        buffers = layer_params * (ZERO3_GATHERED_LAYERS * state.weight_bytes + state.gradient_bytes)
+        unit = sp.layer_dense + sp.layer_expert
+        if layout.zero3_gather_unit == "module":
+            # DeepSpeed's estimator counts the largest module's parameters (estimate_zero3_model_states_
+            # mem_needs, largest_layer_params): the biggest weight matrix, split by tp.
+            unit = min(unit, largest_module_parameters(spec) / layout.tp)
+        buffers = unit * (ZERO3_GATHERED_LAYERS * state.weight_bytes + state.gradient_bytes)
     return _StageMemory(
         weights=dense * w + expert * we,
         gradients=dense * g + expert * ge,
@@ -590,12 +777,25 @@ def estimate_memory(
         m = global_batch_sequences / (layout.dp * layout.micro_batch_sequences)
         in_flight = float(min(layout.pp, max(math.ceil(m), 1)))
     b = layout.micro_batch_sequences
-    first = _stage_memory(spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, True)
-    last = _stage_memory(spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, False)
+    fp8 = precision == "fp8"
+    first = _stage_memory(
+        spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, True, fp8=fp8
+    )
+    last = _stage_memory(
+        spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, False, fp8=fp8
+    )
     first_total = _total(first, b)[2]
     last_total = _total(last, b)[2]
+    middle_total = 0.0
+    if layout.pp > 2:
+        middle = _stage_memory(
+            spec, seq_len_tokens, layout, state, element_bytes, dropout, in_flight, False, True
+        )
+        middle_total = _total(middle, b)[2]
     if layout.pp == 1:
         worst, label = first, "only"
+    elif middle_total > max(first_total, last_total):
+        worst, label = middle, "middle"
     elif last_total > first_total:
         worst, label = last, "last"
     else:
@@ -611,6 +811,8 @@ def estimate_memory(
         fits = total <= capacity
         headroom = capacity - total
         max_b = max_micro_batch(first, last, capacity, layout.pp)
+        if label == "middle":
+            max_b = min(max_b, max_micro_batch(worst, worst, capacity, 1))
     model_state = worst.weights + worst.gradients + worst.optimizer
     return MemoryEstimate(
         weights_bytes=worst.weights,

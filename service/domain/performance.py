@@ -51,6 +51,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
+from service.domain.collectives import all_to_all_seconds, ring_allreduce_seconds, ring_gather_seconds
 from service.domain.errors import InvalidInput
 from service.domain.flops import Convention, attended_tokens, flops_per_token
 from service.domain.hardware import Accelerator, Precision, peak_flops
@@ -68,6 +69,7 @@ from service.domain.memory import (
     check_layout_for_model,
     estimate_memory,
     optimizer_state_bytes,
+    stage_layer_counts,
     stage_parameters,
 )
 from service.domain.models import ModelSpec, layer_parameters
@@ -90,6 +92,43 @@ FLASH_BLOCK_TOKENS = 128
 #: Bytes per element of fp32 logits handled by the cross-entropy (read 16-bit logits, fp32 exp,
 #: softmax and gradient): 12 bytes per vocabulary entry and token forward, as much backward.
 CROSS_ENTROPY_BYTES_PER_LOGIT = 12.0
+#: FlashAttention's backward runs 5 matmuls to the forward's 2 (recomputing the scores): 2.5× the
+#: forward FLOPs (Dao 2023, FlashAttention-2 §3.1-3.2 and its benchmark's FLOP count).
+FLASH_BACKWARD_FLOPS_RATIO = 2.5
+#: Triton's fused-attention kernel (the Triton tutorial, used by llm-foundry for ALiBi in 2023) against
+#: FlashAttention-2 on the same GPU: ~0.6 (Dao 2023, FlashAttention-2 Fig. 4, A100: Triton 100-130
+#: TFLOP/s forward where FlashAttention-2 reaches 190-200).
+TRITON_ATTENTION_RELATIVE = 0.6
+#: Share of the SMs a running NCCL collective occupies: up to 16 channels (NCCL_MAX_NCHANNELS default
+#: on NVLink/IB systems), one thread block each, of the 108 SMs of an A100 / 132 of an H100 (NCCL
+#: environment-variable docs; CUDA occupancy).
+NCCL_SM_SHARE = 0.12
+#: FlashAttention-2 on Hopper reaches ~35% of the dense peak (Shah et al. 2024, FlashAttention-3 §1),
+#: against the ~55% of the Hopper family's best fused kernel (cuDNN / FlashAttention-3).
+FLASH2_ON_HOPPER_RELATIVE = 0.35 / 0.55
+#: Eager PyTorch element-wise kernels move this many times the bytes of fused ones: an fp32 RMSNorm as
+#: torchtitan writes it (cast, pow, mean, rsqrt, mul, cast, mul weight: ~32 bytes per element against
+#: 4 fused), SwiGLU's silu and product (10 against 6), complex RoPE (~5x); about 3x over a layer's
+#: memory-bound traffic.
+EAGER_ELEMENTWISE_TRAFFIC = 3.0
+
+
+def attention_kernel_share(family: str, kernel: str) -> float:
+    """Speed of a fused-attention kernel relative to the family's best (``attention_*_efficiency``)."""
+    later = family in ("hopper", "blackwell", "generic")
+    flash2 = FLASH2_ON_HOPPER_RELATIVE if later else 1.0
+    if kernel == "flash2":
+        return flash2
+    if kernel == "triton":
+        return flash2 * TRITON_ATTENTION_RELATIVE
+    return 1.0
+
+
+#: NVLink's per-step latency (hardware_behaviour.NVLINK); a larger latency marks a cross-node link.
+NVLINK_LATENCY_SECONDS = 1e-6
+#: Bytes moved per element to quantise a GEMM operand to FP8 (read 2-byte BF16, write 1-byte FP8) and
+#: its amax reduction folded in (Transformer Engine casts each GEMM input, forward and backward).
+FP8_CAST_BYTES_PER_ELEMENT = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +245,12 @@ class _LayerCosts:
 
 
 def _ring_allreduce(n: int, size_bytes: float, bandwidth: float, latency: float) -> float:
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return 2.0 * (n - 1) / n * size_bytes / bandwidth + 2.0 * (n - 1) * latency
+    return ring_allreduce_seconds(n, size_bytes, bandwidth, latency, latency > NVLINK_LATENCY_SECONDS)
 
 
 def _ring_gather(n: int, size_bytes: float, bandwidth: float, latency: float) -> float:
     """All-gather or reduce-scatter of a ``size_bytes`` (full) buffer over n ranks."""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return (n - 1) / n * size_bytes / bandwidth + (n - 1) * latency
+    return ring_gather_seconds(n, size_bytes, bandwidth, latency, latency > NVLINK_LATENCY_SECONDS)
 
 
 def _link(
@@ -248,10 +283,17 @@ def _layer_costs(
     cluster: Cluster,
     precision: Precision,
     matmul_scale: float,
+    expert_load_imbalance: float = 1.0,
+    attention_kernel: str = "best",
+    fused_elementwise: bool = True,
 ) -> _LayerCosts:
     acc = cluster.accelerator
     behaviour = behaviour_for(acc)
     peak = peak_flops(acc, precision)
+    # FP8 training runs the linear layers' GEMMs in FP8; attention stays in BF16 (Transformer Engine's
+    # fused attention and FlashAttention-2 default; DeepSeek-V3 §3.3 keeps attention in BF16 too).
+    fp8 = precision == "fp8"
+    attention_peak = peak_flops(acc, "bf16") if fp8 else peak
     hbm = acc.hbm_bandwidth_bytes_per_second or 1e12
     e = float(activation_element_bytes(precision))
     mask = 1.0 if dropout else 0.0
@@ -286,7 +328,8 @@ def _layer_costs(
     moe_mlp = 0.0
     if n_moe:
         local_experts = spec.n_experts / ep
-        tokens_per_expert = T * spec.experts_per_token * ep / spec.n_experts
+        # The busiest device's experts set the pace: expert_load_imbalance × the mean tokens.
+        tokens_per_expert = T * spec.experts_per_token * ep / spec.n_experts * expert_load_imbalance
         moe_mlp = mlp_time(float(spec.expert_d_ff), tokens_per_expert, local_experts)
         moe_mlp += mlp_time(float(spec.shared_expert_d_ff * spec.n_shared_experts), T, 1.0)
         moe_mlp += gemm(T, float(spec.n_experts), h)
@@ -307,13 +350,14 @@ def _layer_costs(
     executed /= spec.n_layers
     score_flops = 2.0 * T * executed * heads * (dqk + dv) / t
     if flash:
-        eff_f = behaviour.attention_forward_efficiency * matmul_scale
-        eff_b = behaviour.attention_backward_efficiency * matmul_scale
-        attn_f = score_flops / (peak * min(eff_f, 1.0))
-        attn_b = 2.0 * score_flops / (peak * min(eff_b, 1.0))
+        kernel_share = attention_kernel_share(behaviour.family, attention_kernel)
+        eff_f = behaviour.attention_forward_efficiency * matmul_scale * kernel_share
+        eff_b = behaviour.attention_backward_efficiency * matmul_scale * kernel_share
+        attn_f = score_flops / (attention_peak * min(eff_f, 1.0))
+        attn_b = FLASH_BACKWARD_FLOPS_RATIO * score_flops / (attention_peak * min(eff_b, 1.0))
     else:
         eff = behaviour.matmul_efficiency_for(score_flops / 2, min(dqk, s), matmul_scale)
-        attn_f = score_flops / (peak * eff)
+        attn_f = score_flops / (attention_peak * eff)
         attn_b = 2.0 * attn_f
 
     # Memory-bound kernels: bytes per token forward.
@@ -332,9 +376,16 @@ def _layer_costs(
             + 4 * spec.experts_per_token * e * h
         )
     bytes_tok += (1 - frac_moe) * dense_act + frac_moe * moe_act
+    if fp8:
+        # Inputs of the QKV, output, up and down projections cast to FP8 (per device shard).
+        cast_elems = 2 * h / rep + heads * dv / t + spec.d_ff / t * (1 - frac_moe)
+        cast_elems += frac_moe * spec.experts_per_token * expert_load_imbalance * (h + spec.expert_d_ff / t)
+        bytes_tok += FP8_CAST_BYTES_PER_ELEMENT * cast_elems
     softmax_tok = 0.0 if flash else ((4 * e + mask) if dropout else 2 * e) * heads * s / t
     kernel_bytes = T * e * h / rep
     mem_eff = behaviour.memory_efficiency(kernel_bytes)
+    if not fused_elementwise:
+        bytes_tok *= EAGER_ELEMENTWISE_TRAFFIC
     mem_f = T * bytes_tok / (hbm * mem_eff)
     softmax_mem_f = T * softmax_tok / (hbm * behaviour.memory_efficiency(T * e * heads * s / t))
 
@@ -344,10 +395,16 @@ def _layer_costs(
     tp_collective = _ring_allreduce(tp, T * h * e, tp_bw, tp_lat) if tp > 1 else 0.0
     ep_all_to_all = 0.0
     if n_moe and ep > 1:
-        span = tp * cp * ep
-        bw, lat = _link(cluster, behaviour, span, 1)
-        volume = T * spec.experts_per_token * h * e * (ep - 1) / ep
-        ep_all_to_all = frac_moe * (volume / bw + (ep - 1) * lat)
+        # Dispatch and combine carry each token to its k experts; the busiest rank receives
+        # expert_load_imbalance × the mean. Expert ranks are consecutive after tp·cp.
+        local = max(min(dpn // (tp * cp), ep), 1)
+        volume = T * spec.experts_per_token * h * e * expert_load_imbalance
+        ep_all_to_all = frac_moe * all_to_all_seconds(
+            ep, volume, local,
+            cluster.intra_bandwidth * behaviour.intra_node.efficiency,
+            cluster.inter_node_bandwidth_bytes_per_second * behaviour.inter_node.efficiency,
+            behaviour.intra_node.latency_seconds, behaviour.inter_node.latency_seconds,
+        )  # fmt: skip
     cp_exchange_f = 0.0
     if cp > 1:
         bw, lat = _link(cluster, behaviour, tp * cp, max(dpn // tp, 1))
@@ -362,7 +419,7 @@ def _layer_costs(
     embed_mem_f = T * (2 * e * h + mask * h) / rep / (hbm * mem_eff)
     p2p_bytes = T * h * e / t
     attention_kernels = 1.0 if flash else 4.0  # fused kernel, or 2 batched GEMMs + softmax + dropout
-    kernels = 4.0 + attention_kernels + spec.norms_per_layer + 2.0 + 1.0
+    kernels = 4.0 + attention_kernels + spec.norms_per_layer * (1.0 if fused_elementwise else 6.0) + 2.0 + 1.0
     kernels += 1.0 if spec.position_embedding == "rope" else 0.0
     kernels += 2.0 if tp > 1 else 0.0
     kernels += frac_moe * (6.0 + (2.0 if ep > 1 else 0.0))  # router, permute/unpermute, grouped GEMMs
@@ -481,7 +538,8 @@ def _predict(
     devices = cluster.device_count
     lc = _layer_costs(spec, s, tp, cp, layout.ep, layout.micro_batch_sequences, layout.sequence_parallel,
                       layout.flash_attention, dropout, cluster, precision,
-                      calibration.matmul_efficiency_scale)  # fmt: skip
+                      calibration.matmul_efficiency_scale, layout.expert_load_imbalance,
+                      layout.attention_kernel, layout.fused_elementwise)  # fmt: skip
     overlap = calibration.overlap_fraction
     f_tp = TP_OVERLAP_FRACTION if overlap is None else overlap
     f_dp = DP_OVERLAP_FRACTION if overlap is None else overlap
@@ -492,37 +550,58 @@ def _predict(
     mem_layer = 3.0 * (lc.mem_f + lc.softmax_mem_f)
     tp_total_layer = 4.0 * lc.tp_collective
     tp_exposed_layer = tp_total_layer * (1.0 - f_tp if layout.overlap_tp_comm else 1.0)
-    ep_layer = 4.0 * lc.ep_all_to_all
-    cp_layer = max(0.0, lc.cp_exchange_f - lc.attn_f) + max(0.0, 2 * lc.cp_exchange_f - lc.attn_b)
-    if layout.recompute == "full":
-        tp_re = 2.0 * lc.tp_collective * (1.0 - f_tp if layout.overlap_tp_comm else 1.0)
-        re_layer = lc.gemm_f + lc.attn_f + lc.mem_f + lc.softmax_mem_f + tp_re + 2.0 * lc.ep_all_to_all
-        tp_total_layer += 2.0 * lc.tp_collective
-    elif layout.recompute == "selective":
-        re_layer = lc.attn_f + lc.softmax_mem_f
+    ep_total_layer = 4.0 * lc.ep_all_to_all
+    if layout.overlap_ep_comm:
+        # DualPipe-style overlap: a micro-batch's dispatch/combine run behind another's compute.
+        ep_layer = max(ep_total_layer - f_dp * (gemm_layer + mem_layer), 0.0)
     else:
-        re_layer = 0.0
+        ep_layer = ep_total_layer
+    cp_layer = max(0.0, lc.cp_exchange_f - lc.attn_f) + max(0.0, 2 * lc.cp_exchange_f - lc.attn_b)
     kernels = 3.0 * lc.kernels_f
     if layout.recompute == "full":
-        kernels += lc.kernels_f
+        # One layer in k is checkpointed (k = 1: every layer) and re-runs its forward in backward.
+        share = 1.0 / layout.recompute_every_k_layers
+        tp_re = 2.0 * lc.tp_collective * (1.0 - f_tp if layout.overlap_tp_comm else 1.0)
+        ep_re = 2.0 * lc.ep_all_to_all * (ep_layer / ep_total_layer if ep_total_layer else 1.0)
+        re_layer = share * (lc.gemm_f + lc.attn_f + lc.mem_f + lc.softmax_mem_f + tp_re + ep_re)
+        tp_total_layer += share * 2.0 * lc.tp_collective
+        kernels += share * lc.kernels_f
+    elif layout.recompute == "selective" and layout.selective_policy == "per_op":
+        # torchtitan per-op SAC: every other matmul and the memory-bound ops re-run; attention is saved.
+        re_layer = 0.5 * lc.gemm_f + lc.mem_f + lc.softmax_mem_f
+        kernels += lc.kernels_f - lc.attention_kernels_f
     elif layout.recompute == "selective":
+        re_layer = lc.attn_f + lc.softmax_mem_f
         kernels += lc.attention_kernels_f
+    else:
+        re_layer = 0.0
     kernel_layer = kernels * KERNEL_OVERHEAD_SECONDS
     layer_time = gemm_layer + mem_layer + tp_exposed_layer + ep_layer + cp_layer + re_layer + kernel_layer
 
     L = spec.n_layers
-    first_layers = math.ceil(L / pp)
-    last_layers = max(L - first_layers * (pp - 1), 1) if pp > 1 else L
+    first_layers, middle_layers, last_layers = stage_layer_counts(
+        L, pp, layout.first_stage_layers, layout.last_stage_layers
+    )
     logits_gemm = 3.0 * lc.logits_f
     logits_mem = 3.0 * lc.logits_mem_f
     logits_kernels = 9.0 * KERNEL_OVERHEAD_SECONDS  # final norm, logits GEMM, cross-entropy; ×3
     embed_mem = 3.0 * lc.embed_mem_f
     if pp == 1:
         stage_time = L * layer_time + logits_gemm + logits_mem + logits_kernels + embed_mem
+        stage_layers = L
     else:
         first_time = first_layers * layer_time + embed_mem
         last_time = last_layers * layer_time + logits_gemm + logits_mem + logits_kernels
-        stage_time = max(first_time, last_time)
+        middle_time = middle_layers * layer_time if pp > 2 else 0.0
+        stage_time = max(first_time, last_time, middle_time)
+        # The stage that sets the pace is the one whose layers the data-parallel traffic rides on.
+        stage_layers = (
+            last_layers
+            if stage_time == last_time
+            else first_layers
+            if stage_time == first_time
+            else middle_layers
+        )
     # Averages over stages (per device, per micro-batch): what each device does on average.
     avg_gemm = (L * gemm_layer + logits_gemm) / pp
     avg_mem = (L * mem_layer + logits_mem + embed_mem) / pp
@@ -544,62 +623,98 @@ def _predict(
         sends = 2.0 * m * v
         pp_total = sends * (lc.p2p_send / bw + lat)
         pp_exposed = sends * (lc.p2p_send / bw * (1.0 - f_pp if layout.overlap_pp_comm else 1.0) + lat)
-    else:
-        pp_exposed = 0.0
 
     # Data-parallel communication.
-    sp_params = stage_parameters(spec, tp, pp, layout.ep)
-    dense_params = max(sp_params.first_dense, sp_params.last_dense)
+    sp_params = stage_parameters(spec, tp, pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers)
+    dense_params = max(
+        sp_params.first_dense, sp_params.last_dense, sp_params.layers_middle_stage * sp_params.layer_dense
+    )
     expert_params = max(sp_params.first_expert, sp_params.last_expert)
     state = optimizer_state_bytes(optimizer, precision, fp32_grad_accumulation=layout.fp32_grad_accumulation)
     grad_bytes = state.gradient_bytes
     weight_bytes = state.weight_bytes
     n_dp = dp * cp
-    group_stride = tp * cp
-    ranks_per_node = max(min(dpn // group_stride, n_dp), 1) if group_stride < dpn else 1
-    bw, lat = _link(cluster, behaviour, group_stride * n_dp if n_dp > 1 else 1, ranks_per_node)
-    n_edp = max(n_dp // layout.ep, 1)
-    bw_e, lat_e = _link(
-        cluster, behaviour, group_stride * layout.ep * n_edp, max(ranks_per_node // layout.ep, 1)
-    )
     zero = layout.zero_stage
-    stage_layers = last_layers if pp > 1 else L
-    fwd_stage = stage_layers * (
-        lc.gemm_f + lc.attn_f + lc.mem_f + lc.softmax_mem_f + tp_exposed_layer / 4 * 2
+    # Hybrid sharding: ZeRO collectives within groups of shard_group_size, an all-reduce of the shard
+    # across the groups once per step.
+    n_shard = layout.shard_degree if zero >= 1 else n_dp
+    n_replicas = n_dp // n_shard
+    group_stride = tp * cp
+    # A ring over r ranks per node pools their r NICs (NCCL's rail-aligned channels: only one hop in r
+    # crosses the network). Without pooling each rank's share crosses its own NIC: DeepSpeed ZeRO-3's
+    # per-layer gathers in 2021 ran at one HDR NIC per A100 (Narayanan et al. 2021 Table 2: 175B at
+    # 768 and 1,536 GPUs, the step time flat at the bytes moved over 25 GB/s).
+    pooled = max(min(dpn // group_stride, n_shard), 1) if group_stride < dpn else 1
+    ranks_per_node = pooled if layout.pooled_nic_collectives else 1
+    bw, lat = _link(cluster, behaviour, group_stride * n_shard if n_shard > 1 else 1, ranks_per_node)
+    n_eshard = max(n_shard // layout.ep, 1)
+    bw_e, lat_e = _link(
+        cluster, behaviour, group_stride * layout.ep * n_eshard, max(ranks_per_node // layout.ep, 1)
     )
+    fwd_layer = (
+        lc.gemm_f
+        + lc.attn_f
+        + lc.mem_f
+        + lc.softmax_mem_f
+        + tp_exposed_layer / 2
+        + lc.kernels_f * KERNEL_OVERHEAD_SECONDS
+    )
+    bwd_layer = max(layer_time - fwd_layer, 0.0)
+    fwd_stage = stage_layers * fwd_layer
     bwd_stage = max(stage_time - fwd_stage, 0.0)
+    replica_grads = 0.0
+    if n_replicas > 1:
+        rbw, rlat = _link(cluster, behaviour, group_stride * n_dp, 1)
+        replica_grads = _ring_allreduce(n_replicas, dense_params * grad_bytes / n_shard, rbw, rlat)
     if zero == 0:
         grads = _ring_allreduce(n_dp, dense_params * grad_bytes, bw, lat) + _ring_allreduce(
-            n_edp, expert_params * grad_bytes, bw_e, lat_e
+            n_dp // layout.ep if n_dp >= layout.ep else 1, expert_params * grad_bytes, bw_e, lat_e
         )
         params = 0.0
     elif zero in (1, 2):
-        grads = _ring_gather(n_dp, dense_params * grad_bytes, bw, lat) + _ring_gather(
-            n_edp, expert_params * grad_bytes, bw_e, lat_e
+        grads = (
+            _ring_gather(n_shard, dense_params * grad_bytes, bw, lat)
+            + _ring_gather(n_eshard, expert_params * grad_bytes, bw_e, lat_e)
+            + replica_grads
         )
-        params = _ring_gather(n_dp, dense_params * weight_bytes, bw, lat) + _ring_gather(
-            n_edp, expert_params * weight_bytes, bw_e, lat_e
+        params = _ring_gather(n_shard, dense_params * weight_bytes, bw, lat) + _ring_gather(
+            n_eshard, expert_params * weight_bytes, bw_e, lat_e
         )
     else:
-        grads = m * (
-            _ring_gather(n_dp, dense_params * grad_bytes, bw, lat)
-            + _ring_gather(n_edp, expert_params * grad_bytes, bw_e, lat_e)
+        # ZeRO-3 / FSDP, per layer and micro-batch: gather the weights for forward, again for backward
+        # unless kept (reshard_after_forward), again for a checkpointed layer's recomputation where the
+        # framework releases them in between (DeepSpeed); reduce-scatter the gradients after backward.
+        layers_here = max(stage_layers, 1)
+        dense_layer = dense_params / layers_here
+        expert_layer = expert_params / layers_here
+        gather_l = _ring_gather(n_shard, dense_layer * weight_bytes, bw, lat) + _ring_gather(
+            n_eshard, expert_layer * weight_bytes, bw_e, lat_e
         )
-        params = (
-            2.0
-            * m
-            * (
-                _ring_gather(n_dp, dense_params * weight_bytes, bw, lat)
-                + _ring_gather(n_edp, expert_params * weight_bytes, bw_e, lat_e)
-            )
+        rs_l = _ring_gather(n_shard, dense_layer * grad_bytes, bw, lat) + _ring_gather(
+            n_eshard, expert_layer * grad_bytes, bw_e, lat_e
         )
+        back_gathers = 1.0 if layout.reshard_after_forward else 0.0
+        if layout.regather_for_recompute and layout.recompute == "full":
+            back_gathers += 1.0 / layout.recompute_every_k_layers
+        per_layer_total = gather_l * (1.0 + back_gathers) + rs_l
+        grads = m * layers_here * rs_l + replica_grads
+        params = m * layers_here * gather_l * (1.0 + back_gathers)
+        if layout.overlap_dp_comm:
+            # Prefetch one layer ahead: a layer's collectives hide behind its neighbour's compute
+            # (FSDP forward/backward prefetch); the first gather and the last reduce-scatter of each
+            # micro-batch cannot hide.
+            hidden_f = min(gather_l, f_dp * fwd_layer)
+            hidden_b = min(gather_l * back_gathers + rs_l, f_dp * bwd_layer)
+            zero3_exposed = m * (layers_here * (per_layer_total - hidden_f - hidden_b) + gather_l + rs_l)
+            zero3_exposed = min(zero3_exposed, m * layers_here * per_layer_total)
+        else:
+            zero3_exposed = m * layers_here * per_layer_total
+        _ = per_layer_total
     dp_total = grads + params
     if not layout.overlap_dp_comm or dp_total == 0.0:
         dp_exposed = dp_total
     elif zero == 3:
-        window = f_dp * m * stage_time
-        first_layer = dp_total / (m * max(first_layers, 1))
-        dp_exposed = max(dp_total - window, 0.0) + first_layer
+        dp_exposed = zero3_exposed + max(replica_grads - f_dp * bwd_layer, 0.0)
     else:
         # Gradients reduce behind the last micro-batch's backward and the pipeline drain; parameters
         # gather behind the first micro-batch's forward and the pipeline fill (half the bubble each).
@@ -608,9 +723,14 @@ def _predict(
             params - f_dp * (fwd_stage + half_bubble), 0.0
         )
 
+    # Hidden data-parallel traffic still takes the SMs its NCCL kernels run on: the compute it overlaps
+    # runs that much slower.
+    hidden_dp = max(dp_total - dp_exposed, 0.0)
+    dp_exposed += hidden_dp * NCCL_SM_SHARE / (1.0 - NCCL_SM_SHARE)
+
     # Optimizer step: memory-bound over the local parameters.
-    shard = n_dp if zero >= 1 else 1
-    shard_e = n_edp if zero >= 1 else 1
+    shard = n_shard if zero >= 1 else 1
+    shard_e = n_eshard if zero >= 1 else 1
     local_params = dense_params / shard + expert_params / shard_e
     opt_bytes_per_param = 2.0 * state.optimizer_bytes + 2.0 * grad_bytes + weight_bytes
     opt_bytes = local_params * opt_bytes_per_param

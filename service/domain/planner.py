@@ -1,7 +1,9 @@
 """Parallel-layout search: every layout that fits, ranked by predicted throughput.
 
 Enumerates tensor (``tp`` dividing the heads, within a node unless allowed otherwise), pipeline (``pp``
-dividing the layers), context (``cp``) and expert (``ep``) parallel sizes, ``dp = devices/(tp·pp·cp)``,
+up to the layer count; uneven splits as :func:`service.domain.memory.stage_layer_counts` makes them, or
+the first/last stage layer counts pinned), checkpointing policies (every-k-th layer, per-op selective),
+hybrid sharding groups, context (``cp``) and expert (``ep``) parallel sizes, ``dp = devices/(tp·pp·cp)``,
 micro-batches dividing the per-replica batch, recompute modes, ZeRO stages and interleaving ``v``
 (dividing ``L/pp``, with the micro-batch count a multiple of ``pp`` as Megatron-LM requires). Each
 candidate is checked for memory (:mod:`service.domain.memory`) and, when it fits, timed
@@ -21,7 +23,16 @@ from service.domain.errors import DomainError, InvalidInput
 from service.domain.flops import RECOMPUTE_MODES, Convention, Recompute
 from service.domain.hardware import Precision
 from service.domain.hardware_behaviour import NO_CALIBRATION, Calibration
-from service.domain.memory import Optimizer, ParallelLayout, estimate_memory
+from service.domain.memory import (
+    SELECTIVE_POLICIES,
+    AttentionKernel,
+    GatherUnit,
+    Optimizer,
+    ParallelLayout,
+    SelectivePolicy,
+    estimate_memory,
+    stage_layer_counts,
+)
 from service.domain.models import ModelSpec
 from service.domain.performance import Cluster, StepPrediction, _predict
 
@@ -56,6 +67,20 @@ class PlannerConstraints:
     overlap_dp_comm: bool = True
     overlap_pp_comm: bool = True
     max_results: int = 50
+    recompute_every_k_values: tuple[int, ...] = (1,)
+    selective_policies: tuple[SelectivePolicy, ...] = ("attention_core",)
+    virtual_stage_values: tuple[int, ...] | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    shard_group_sizes: tuple[int | None, ...] = (None,)
+    reshard_after_forward: bool = True
+    regather_for_recompute: bool = False
+    overlap_ep_comm: bool = False
+    expert_load_imbalance: float = 1.0
+    attention_kernel: AttentionKernel = "best"
+    pooled_nic_collectives: bool = True
+    fused_elementwise: bool = True
+    zero3_gather_unit: GatherUnit = "layer"
 
     def __post_init__(self) -> None:
         for mode in self.recompute_modes:
@@ -73,6 +98,18 @@ class PlannerConstraints:
                 raise InvalidInput(f"{name} must be a positive integer, got {value!r}.", field=name)
         if self.max_micro_batch is not None and self.max_micro_batch < self.min_micro_batch:
             raise InvalidInput("max_micro_batch must be ≥ min_micro_batch.", field="max_micro_batch")
+        for policy in self.selective_policies:
+            if policy not in SELECTIVE_POLICIES:
+                raise InvalidInput(
+                    f"selective_policies may hold {', '.join(SELECTIVE_POLICIES)}, got {policy!r}.",
+                    field="selective_policies",
+                )
+        for k in self.recompute_every_k_values:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise InvalidInput(
+                    f"recompute_every_k_values must hold positive integers, got {k!r}.",
+                    field="recompute_every_k_values",
+                )
         if not self.recompute_modes or not self.zero_stages:
             raise InvalidInput(
                 "give at least one recompute mode and one ZeRO stage.", field="recompute_modes"
@@ -201,8 +238,15 @@ def plan_parallelism(
             for pp in _divisors(devices // (tp * cp)):
                 if c.pp_values is not None and pp not in c.pp_values:
                     continue
-                if pp > spec.n_layers or spec.n_layers % pp:
-                    rejected.add("pp does not divide n_layers", None)
+                if pp > spec.n_layers:
+                    rejected.add("pp exceeds n_layers", None)
+                    evaluated += 1
+                    continue
+                first_l, last_l = (c.first_stage_layers, c.last_stage_layers) if pp > 1 else (None, None)
+                try:
+                    counts = stage_layer_counts(spec.n_layers, pp, first_l, last_l)
+                except DomainError:
+                    rejected.add("the pinned first/last stage layers do not fit this pp", None)
                     evaluated += 1
                     continue
                 dp = devices // (tp * cp * pp)
@@ -216,7 +260,17 @@ def plan_parallelism(
                 sp_flag = (tp > 1) if c.sequence_parallel is None else (c.sequence_parallel and tp > 1)
                 v_options = [1]
                 if pp > 1:
-                    v_options = [v for v in _divisors(spec.n_layers // pp) if v <= c.max_virtual_stages]
+                    # Interleaving: each stage's chunks; with uneven stages, as many chunks as the smallest
+                    # stage has layers (Megatron-core splits uneven stages into uneven chunks).
+                    fewest = min(counts[0], counts[2], counts[1] if pp > 2 else counts[0])
+                    if spec.n_layers % pp == 0 and first_l is None and last_l is None:
+                        v_options = [v for v in _divisors(spec.n_layers // pp) if v <= c.max_virtual_stages]
+                    else:
+                        v_options = [v for v in _divisors(fewest) if v <= c.max_virtual_stages]
+                    if c.virtual_stage_values is not None:
+                        v_options = [v for v in v_options if v in c.virtual_stage_values] or [
+                            v for v in c.virtual_stage_values if v <= fewest
+                        ]
                 for ep in c.ep_values:
                     if (
                         (dp * cp) % ep
@@ -233,7 +287,7 @@ def plan_parallelism(
                         evaluated += _evaluate_block(
                             spec, seq_len_tokens, cluster, global_batch_sequences, precision, c, cal,
                             optimizer, convention, dropout, tp, pp, dp, cp, ep, b, m, sp_flag, v_options,
-                            rejected, feasible,
+                            first_l, last_l, rejected, feasible,
                         )  # fmt: skip
     feasible.sort(key=lambda cand: -cand.prediction.tokens_per_second)
     return PlanResult(
@@ -265,39 +319,58 @@ def _evaluate_block(
     m: int,
     sp_flag: bool,
     v_options: list[int],
+    first_l: int | None,
+    last_l: int | None,
     rejected: _Rejections,
     feasible: list[PlanCandidate],
 ) -> int:
     evaluated = 0
+    policies: list[tuple[Recompute, int, SelectivePolicy]] = []
+    for recompute in c.recompute_modes:
+        if recompute == "full":
+            policies += [("full", k, "attention_core") for k in c.recompute_every_k_values]
+        elif recompute == "selective":
+            policies += [("selective", 1, p) for p in c.selective_policies]
+        else:
+            policies.append(("none", 1, "attention_core"))
+    shard_options = [g for g in c.shard_group_sizes if g is None or ((dp * cp) % g == 0 and g < dp * cp)]
     for v in v_options:
         for zero in c.zero_stages:
-            for recompute in c.recompute_modes:
-                evaluated += 1
-                layout = ParallelLayout(
-                    tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_stages=v, micro_batch_sequences=b,
-                    sequence_parallel=sp_flag, zero_stage=zero, recompute=recompute,
-                    flash_attention=c.flash_attention, fp32_grad_accumulation=c.fp32_grad_accumulation,
-                    overlap_tp_comm=c.overlap_tp_comm, overlap_dp_comm=c.overlap_dp_comm,
-                    overlap_pp_comm=c.overlap_pp_comm,
-                )  # fmt: skip
-                if v > 1 and m % pp:
-                    rejected.add("interleaving needs micro-batches to be a multiple of pp", layout)
-                    continue
-                if zero > 0 and dp * cp == 1:
-                    rejected.add("ZeRO needs data parallelism (dp·cp > 1)", layout)
-                    continue
-                try:
-                    memory = estimate_memory(
-                        spec, seq_len_tokens, layout, precision=precision, optimizer=optimizer,
-                        accelerator=cluster.accelerator, global_batch_sequences=global_batch, dropout=dropout,
+            for group in shard_options if zero > 0 else [None]:
+                for recompute, every_k, policy in policies:
+                    evaluated += 1
+                    layout = ParallelLayout(
+                        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_stages=v, micro_batch_sequences=b,
+                        sequence_parallel=sp_flag, zero_stage=zero, recompute=recompute,
+                        flash_attention=c.flash_attention, fp32_grad_accumulation=c.fp32_grad_accumulation,
+                        overlap_tp_comm=c.overlap_tp_comm, overlap_dp_comm=c.overlap_dp_comm,
+                        overlap_pp_comm=c.overlap_pp_comm, first_stage_layers=first_l, last_stage_layers=last_l,
+                        recompute_every_k_layers=every_k, selective_policy=policy,
+                        reshard_after_forward=c.reshard_after_forward,
+                        regather_for_recompute=c.regather_for_recompute, shard_group_size=group,
+                        overlap_ep_comm=c.overlap_ep_comm, expert_load_imbalance=c.expert_load_imbalance,
+                        attention_kernel=c.attention_kernel, pooled_nic_collectives=c.pooled_nic_collectives,
+                        fused_elementwise=c.fused_elementwise, zero3_gather_unit=c.zero3_gather_unit,
                     )  # fmt: skip
-                except DomainError as exc:
-                    rejected.add(f"invalid: {exc.message}", layout)
-                    continue
-                if memory.fits is False:
-                    rejected.add("does not fit in device memory", layout)
-                    continue
-                prediction = _predict(spec, seq_len_tokens, cluster, layout, global_batch, m, precision, cal,
-                                      optimizer, convention, dropout, memory)  # fmt: skip
-                feasible.append(PlanCandidate(layout, prediction))
+                    if v > 1 and m % pp:
+                        rejected.add("interleaving needs micro-batches to be a multiple of pp", layout)
+                        continue
+                    if zero > 0 and dp * cp == 1:
+                        rejected.add("ZeRO needs data parallelism (dp·cp > 1)", layout)
+                        continue
+                    try:
+                        memory = estimate_memory(
+                            spec, seq_len_tokens, layout, precision=precision, optimizer=optimizer,
+                            accelerator=cluster.accelerator, global_batch_sequences=global_batch,
+                            dropout=dropout,
+                        )  # fmt: skip
+                    except DomainError as exc:
+                        rejected.add(f"invalid: {exc.message}", layout)
+                        continue
+                    if memory.fits is False:
+                        rejected.add("does not fit in device memory", layout)
+                        continue
+                    prediction = _predict(spec, seq_len_tokens, cluster, layout, global_batch, m, precision,
+                                          cal, optimizer, convention, dropout, memory)  # fmt: skip
+                    feasible.append(PlanCandidate(layout, prediction))
     return evaluated

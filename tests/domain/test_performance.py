@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.domain.collectives import all_to_all_seconds, ring_gather_seconds, size_efficiency
 from service.domain.errors import InvalidInput
 from service.domain.hardware import custom_accelerator, get_accelerator
 from service.domain.hardware_behaviour import (
@@ -49,11 +50,31 @@ LLAMA8 = get_preset("llama3-8b").spec
 
 
 def test_ring_allreduce_and_gather_hand_numbers() -> None:
-    # 2·(n−1)/n·S/B: 8 ranks, 1 GB at 100 GB/s → 17.5 ms; + 2·(n−1) steps of 1 µs
-    assert _ring_allreduce(8, 1e9, 100e9, 0.0) == pytest.approx(0.0175)
-    assert _ring_allreduce(8, 1e9, 100e9, 1e-6) == pytest.approx(0.0175 + 14e-6)
-    assert _ring_gather(4, 1e9, 100e9, 0.0) == pytest.approx(0.0075)
+    # 2·(n−1)/n·S/B: 8 ranks, 1 GB at 100 GB/s → 17.5 ms (a 1 GB message runs at 1e9/(1e9 + 1 MB) of
+    # the large-message bus bandwidth on NVLink); + 2·(n−1) steps of 1 µs
+    eff = 1e9 / (1e9 + 1e6)
+    assert _ring_allreduce(8, 1e9, 100e9, 0.0) == pytest.approx(0.0175 / eff)
+    assert _ring_allreduce(8, 1e9, 100e9, 1e-6) == pytest.approx(0.0175 / eff + 14e-6)
+    assert _ring_gather(4, 1e9, 100e9, 0.0) == pytest.approx(0.0075 / eff)
     assert _ring_allreduce(1, 1e9, 100e9, 1e-6) == 0.0
+
+
+def test_small_messages_reach_a_smaller_share_of_the_bus_bandwidth() -> None:
+    # 1 MB on NVLink runs at half the large-message rate (NCCL-tests shape); 8 MB across nodes too.
+    assert size_efficiency(1e6, inter_node=False) == pytest.approx(0.5)
+    assert size_efficiency(8e6, inter_node=True) == pytest.approx(0.5)
+    assert size_efficiency(1e9, inter_node=True) > 0.99
+    per_byte_small = ring_gather_seconds(8, 1e6, 100e9, 0.0) / 1e6
+    per_byte_large = ring_gather_seconds(8, 1e9, 100e9, 0.0) / 1e9
+    assert per_byte_small == pytest.approx(2 * per_byte_large, rel=0.01)
+
+
+def test_all_to_all_across_nodes_is_bound_by_the_nics() -> None:
+    # 64 ranks, 8 per node: 56/64 of 1 GB crosses the NICs at 50 GB/s, 7/64 rides NVLink at 450.
+    t = all_to_all_seconds(64, 1e9, 8, 450e9, 50e9, 0.0, 0.0)
+    assert t == pytest.approx(56 / 64 * 1e9 / (50e9 * size_efficiency(56 / 64 * 1e9, True)))
+    # Within one node, NVLink decides.
+    assert all_to_all_seconds(8, 1e9, 8, 450e9, 50e9, 0.0, 0.0) < t / 5
 
 
 def test_efficiency_curve_interpolates_in_log_size() -> None:

@@ -53,7 +53,9 @@ def test_infeasible_layouts_are_reported_by_reason() -> None:
                             constraints=PlannerConstraints(tp_within_node=False))  # fmt: skip
     reasons = {g.reason: g for g in plan.infeasible}
     assert "tp does not divide n_heads" in reasons  # tp = 16, 32
-    assert "pp does not divide n_layers" in reasons  # pp = 4, 8, 16, 32
+    assert "pp exceeds n_layers" in reasons  # pp = 32 > 30 layers
+    # 30 layers on 4 stages split unevenly (7, 8, 8, 7) instead of being refused.
+    assert any(c.layout.pp == 4 for c in plan.candidates) or plan.feasible_count > 0
     memory = plan_parallelism(LLAMA70, 4096, Cluster(H100, 8, 8, 50e9), 64)
     groups = {g.reason: g for g in memory.infeasible}
     oom = groups["does not fit in device memory"]

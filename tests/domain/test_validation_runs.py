@@ -1,7 +1,10 @@
-"""Predicted vs published MFU on validation/published_runs.json (25 runs): a regression fails CI.
+"""Predicted vs published MFU on validation/published_runs.json (25 runs) and the extended set
+(benchmarks/data/published_runs_extended.json): a regression fails CI.
 
 The script benchmarks/validate_predictions.py states the conventions, the configuration rules and the
-fitted constants; this test holds it to MAE ≤ 3 MFU points and no row off by more than 8.
+fitted constants; this test holds the shared 25 to MAE ≤ 3 MFU points and no row off by more than 8,
+and the whole set (issue 16's held-out regimes) to where the model stands today, so that it cannot slide
+back: MAE ≤ 3 points and worst ≤ 13 (the issue's worst-row target, 8, is not met yet).
 """
 
 from __future__ import annotations
@@ -15,12 +18,40 @@ from benchmarks import validate_predictions as vp
 
 @pytest.fixture(scope="module")
 def results() -> list[vp.RowResult]:
+    return vp.validate(vp.load_rows(extended=False))
+
+
+@pytest.fixture(scope="module")
+def all_results() -> list[vp.RowResult]:
     return vp.validate(vp.load_rows())
 
 
 def test_all_25_rows_predicted(results: list[vp.RowResult]) -> None:
     assert len(results) == 25
     assert all(0.2 < r.predicted_mfu < 0.7 for r in results)
+
+
+def test_every_extended_row_is_predicted_none_refused(all_results: list[vp.RowResult]) -> None:
+    # Uneven pipelines (Llama 3 405B, BLOOM, DeepSeek-V3) and ZeRO-3 at 2,560 GPUs included.
+    assert len(all_results) == len(vp.load_rows()) >= 60
+    regimes = {g for r in all_results for g in r.regimes}
+    for regime in ("fsdp-zero3", "zero3-fixed-global-batch", "uneven-pp", "long-context", "moe-ep", "fp8",
+                   "hopper", "blackwell", "a100"):  # fmt: skip
+        assert regime in regimes
+
+
+def test_whole_set_holds_its_current_error(all_results: list[vp.RowResult]) -> None:
+    mae, worst = vp.summary(all_results)
+    assert mae <= vp.MAE_TARGET_POINTS, f"MAE {mae:.2f} points"
+    assert worst <= 13.0, f"worst {worst:.2f} points"
+
+
+def test_zero3_at_fixed_global_batch_falls_as_published(all_results: list[vp.RowResult]) -> None:
+    # Narayanan et al. 2021 Table 2: 175B with ZeRO-3, 1,536 sequences per step, 384 -> 1,536 GPUs.
+    by_id = {r.id: r for r in all_results}
+    mfus = [by_id[f"narayanan2021-t2-zero3-175B-{n}gpu"].predicted_mfu for n in (384, 768, 1536)]
+    assert mfus[0] > mfus[1] > mfus[2]
+    assert mfus[2] < 0.5 * mfus[0]
 
 
 def test_mean_absolute_error_at_most_3_points_and_worst_at_most_8(results: list[vp.RowResult]) -> None:
@@ -40,6 +71,9 @@ def test_reported_numbers_converted_to_one_convention() -> None:
 
 
 def test_script_prints_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert vp.main([]) == 0
+    assert vp.main(["--shared-only"]) == 0
     out = capsys.readouterr().out
     assert "mean absolute error" in out and "narayanan2021-t1-1T" in out
+    vp.main([])
+    out = capsys.readouterr().out
+    assert "long-context" in out and "llama3-405b-8192gpu-seq8192" in out and "REFUSED" not in out
