@@ -416,7 +416,7 @@ def ramp(
                     lo = mid
             end = hi
         if end > start:
-            steps = math.ceil(round((end - start) / b, 9))
+            steps = max(1, math.ceil(round((end - start) / b, 9)))
             loss0 = loss_at_tokens(start)
             phases.append(RampPhase(start, end, b, steps, loss0, critical_batch_at_loss(loss0)))
         start = end
@@ -424,6 +424,7 @@ def ramp(
     total_steps = sum(p.steps for p in phases)
     const = phases[0].batch_tokens if constant_batch_tokens is None else constant_batch_tokens
     const = _positive(const, "constant_batch_tokens")
-    const_steps = math.ceil(round(total / const, 9))
+    # A run shorter than one batch still takes one step (round() would make it 0 steps).
+    const_steps = max(1, math.ceil(round(total / const, 9)))
     saved = const_steps - total_steps
     return BatchRamp(tuple(phases), total, total_steps, const, const_steps, saved, saved / const_steps)

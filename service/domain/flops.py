@@ -37,6 +37,7 @@ factor) and :func:`korthikanti_step_flops` (the MFU form of Korthikanti et al. 2
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -263,6 +264,12 @@ def flops_per_token(
         )
         if parameter_count is not None:
             parameter_part = parameter_part.scaled(parameter_count / n_counted)
+            if not math.isfinite(TRAINING_TO_FORWARD * parameter_part.total_flops):
+                raise InvalidInput(
+                    f"parameter_count {parameter_count:.4g} gives more FLOPs per token than a float holds; "
+                    "give the model's parameter count (e.g. 8.03e9).",
+                    field="parameter_count",
+                )
         scores = _score_forward_flops(spec, seq_len_tokens, causal=False) if convention == "palm" else 0.0
         forward = FlopsComponents(
             parameter_part.attention_projections_flops,

@@ -2,18 +2,26 @@
 
 Rules
 -----
+Each rule counts only inside the range its source fitted; outside it is shown, flagged
+(``applicable = False``), and left out of the recommendation.
+
 - GPT-3 (Brown et al. 2020, Table 2.1): the eight published (params → LR, batch) rows, interpolated
-  linearly in log(params)–log(LR); outside 125M–175B the nearest end value is used and flagged
-  (``applicable = False``, ``extrapolated = True``).
-- Kaplan et al. 2020 Eq. D.1: LR(N) ≈ 0.003239 − 0.0001395·ln N (N non-embedding parameters); the
-  paper notes it breaks down for large N: flagged not applicable above 1e10 and absent where ≤ 0.
+  linearly in log(params)–log(LR); outside 125M–175B the nearest end value is shown.
+- Kaplan et al. 2020 Eq. D.1: LR(N) ≈ 0.003239 − 0.0001395·ln N (N non-embedding parameters), fitted
+  on their models of 768 to 1.5e9 non-embedding parameters (§2, App. D.1); it reaches zero near
+  1.2e10, so it is not used above 1.5e9.
 - DeepSeek LLM 2024 §3.1 Eq. 1: η_opt = 0.3118·C^−0.1250, B_opt = 0.2920·C^0.3271 tokens, with
   C = M·D, M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq non-embedding FLOPs per token. Without
   the dimensions C ≈ 6·N·D is used instead (flagged in the note).
 
 Recommendation: the geometric mean of the applicable rules' LRs (they are power laws; the mean of
 logs is the natural centre), range = [min, max] of the applicable rules. When no rule is applicable,
-the geometric mean of all computed values, flagged.
+the geometric mean of all computed values, flagged. A rule leaving its range changes the set being
+averaged, which could make the answer jump up with size (Kaplan's fit dropping out at 1e10 did:
+1.06e-4 at 10B, 1.94e-4 at 15B). All three sources agree that the peak LR falls as models grow, so
+the recommendation is capped by the one for every smaller model at the same token budget
+(evaluated on a log grid from 1e6 parameters, :data:`ENVELOPE_POINTS_PER_DECADE` per decade): it is
+monotonic non-increasing in model size by construction, and says when the cap applied.
 
 Warmup (GPT-3 App. B: 375M warmup tokens of 300B = 0.125%; Kaplan: 3000 of 250k steps = 1.2%; the
 service keeps warmup in 0.1%–1% of the steps): with a known batch, ceil(375M tokens / batch) clamped
@@ -69,7 +77,10 @@ GPT3_TABLE: tuple[Gpt3Row, ...] = (
 )
 #: Kaplan et al. 2020 Eq. D.1 coefficients and the size above which the paper says it breaks down.
 KAPLAN_LR_INTERCEPT, KAPLAN_LR_SLOPE = 0.003239, 0.0001395
-KAPLAN_LR_MAX_PARAMS = 1e10
+KAPLAN_LR_MIN_PARAMS, KAPLAN_LR_MAX_PARAMS = 768.0, 1.5e9  # Kaplan et al. 2020 §2: the models fitted
+GPT3_MIN_PARAMS, GPT3_MAX_PARAMS = 125e6, 175e9
+#: The monotone cap's grid (see the module docstring).
+ENVELOPE_MIN_PARAMS, ENVELOPE_POINTS_PER_DECADE = 1e6, 16
 #: DeepSeek LLM 2024 Eq. 1 (η_opt, B_opt) and Eq. 2 (M, FLOPs per token without embeddings).
 DEEPSEEK_LR_COEFF, DEEPSEEK_LR_EXP = 0.3118, -0.1250
 DEEPSEEK_BATCH_COEFF, DEEPSEEK_BATCH_EXP = 0.2920, 0.3271
@@ -169,9 +180,14 @@ def kaplan_lr(non_embedding_params: float) -> LrRule:
         return LrRule(
             "kaplan", "Kaplan et al. 2020 Eq. D.1", None, False, True, "Eq. D.1 gives LR ≤ 0 at this size"
         )
-    if n > KAPLAN_LR_MAX_PARAMS:
+    if not KAPLAN_LR_MIN_PARAMS <= n <= KAPLAN_LR_MAX_PARAMS:
         return LrRule(
-            "kaplan", "Kaplan et al. 2020 Eq. D.1", value, False, True, "outside validity (N > 1e10)"
+            "kaplan",
+            "Kaplan et al. 2020 Eq. D.1",
+            value,
+            False,
+            True,
+            "outside the 768–1.5e9 non-embedding parameters Kaplan et al. fitted",
         )
     return LrRule("kaplan", "Kaplan et al. 2020 Eq. D.1", value, True, False, "N taken as non-embedding")
 
@@ -206,6 +222,32 @@ def deepseek_lr(compute_flops: float) -> float:
 def deepseek_batch_tokens(compute_flops: float) -> float:
     """DeepSeek LLM Eq. 1: B_opt = 0.2920·C^0.3271 tokens."""
     return DEEPSEEK_BATCH_COEFF * _positive(compute_flops, "compute_flops") ** DEEPSEEK_BATCH_EXP
+
+
+def _combine(n: float, c: float | None, c_note: str, size_note: str) -> tuple[list[LrRule], float, str]:
+    """The rules at size ``n`` (and budget ``c``) and their geometric mean (module docstring)."""
+    g = gpt3_lr(n)
+    k = kaplan_lr(n)
+    rules = [
+        LrRule(g.rule, g.source, g.lr, g.applicable, g.extrapolated, g.note + size_note),
+        LrRule(k.rule, k.source, k.lr, k.applicable, k.extrapolated, k.note + size_note),
+    ]
+    if c is not None:
+        inside = DEEPSEEK_VALID_FLOPS[0] <= c <= DEEPSEEK_VALID_FLOPS[1]
+        note = c_note if inside else c_note + "; outside the 1e17–1e25 FLOPs DeepSeek fitted and checked"
+        rules.append(LrRule("deepseek", "DeepSeek LLM 2024 Eq. 1", deepseek_lr(c), inside, not inside, note))
+    else:
+        rules.append(
+            LrRule(
+                "deepseek", "DeepSeek LLM 2024 Eq. 1", None, False, False, "needs a compute budget or tokens"
+            )
+        )
+    usable = [r.lr for r in rules if r.applicable and r.lr is not None]
+    how = "geometric mean of the applicable rules"
+    if not usable:
+        usable = [r.lr for r in rules if r.lr is not None]
+        how = "geometric mean of all rules (none applicable at this size: extrapolated)"
+    return rules, math.exp(math.fsum(math.log(v) for v in usable) / len(usable)), how
 
 
 def _warmup(total_steps: int | None, batch_tokens: float | None) -> WarmupAdvice:
@@ -268,30 +310,30 @@ def advise_lr(
         assert c is not None
         n = math.sqrt(c / 120)  # Hoffmann et al. 2022: ~20 tokens per parameter, C = 6·N·20N
         size_note = f"; params assumed compute-optimal (20 tokens/param): {n:.4g}"
-    rules = []
-    g = gpt3_lr(n)
-    k = kaplan_lr(n)
-    rules = [
-        LrRule(g.rule, g.source, g.lr, g.applicable, g.extrapolated, g.note + size_note),
-        LrRule(k.rule, k.source, k.lr, k.applicable, k.extrapolated, k.note + size_note),
+    rules, rec, how = _combine(n, c, c_note, size_note)
+    usable = [r.lr for r in rules if r.applicable and r.lr is not None] or [
+        r.lr for r in rules if r.lr is not None
     ]
-    if c is not None:
-        inside = DEEPSEEK_VALID_FLOPS[0] <= c <= DEEPSEEK_VALID_FLOPS[1]
-        note = c_note if inside else c_note + "; outside the 1e17–1e25 FLOPs DeepSeek fitted and checked"
-        rules.append(LrRule("deepseek", "DeepSeek LLM 2024 Eq. 1", deepseek_lr(c), inside, not inside, note))
-    else:
-        rules.append(
-            LrRule(
-                "deepseek", "DeepSeek LLM 2024 Eq. 1", None, False, False, "needs a compute budget or tokens"
-            )
-        )
-    usable = [r.lr for r in rules if r.applicable and r.lr is not None]
-    how = "geometric mean of the applicable rules"
-    if not usable:
-        usable = [r.lr for r in rules if r.lr is not None]
-        how = "geometric mean of all rules (none applicable at this size: extrapolated)"
-    rec = math.exp(math.fsum(math.log(v) for v in usable) / len(usable))
     lr_range = (min(usable), max(usable))
+    # The monotone cap: no smaller model at the same token budget (or, with only a budget, at its
+    # own compute-optimal budget) gets a lower LR.
+    capped_at: float | None = None
+    if n > ENVELOPE_MIN_PARAMS:
+        steps_grid = math.ceil(math.log10(n / ENVELOPE_MIN_PARAMS) * ENVELOPE_POINTS_PER_DECADE)
+        for i in range(steps_grid):
+            smaller = ENVELOPE_MIN_PARAMS * 10 ** (i / ENVELOPE_POINTS_PER_DECADE)
+            if smaller >= n:
+                break
+            c_small = None if c is None else c * (smaller / n) ** (2 if params is None else 1)
+            _, value, _ = _combine(smaller, c_small, c_note, size_note)
+            if value < rec:
+                rec, capped_at = value, smaller
+    if capped_at is not None:
+        how += (
+            f"; capped at the recommendation for {capped_at:.3g} parameters, a smaller model "
+            "(the peak LR does not rise with size)"
+        )
+        lr_range = (min(lr_range[0], rec), lr_range[1])
 
     if c is not None:
         batch_suggested: float | None = deepseek_batch_tokens(c)

@@ -128,3 +128,23 @@ def test_non_ascii_text_in_names_is_echoed_safely(client: TestClient) -> None:
 
 def test_a_json_array_instead_of_an_object_is_a_problem(client: TestClient) -> None:
     _assert_problem(client.post("/v1/mfu", json=[1, 2, 3]))
+
+
+def test_a_parameter_count_too_large_for_a_float_is_422_naming_it(client: TestClient) -> None:
+    # 1e308 parameters overflow 6·N to infinity: a 422 naming the field, not a 500.
+    body = {"model": {"preset": "llama3-8b"}, "seq_len_tokens": 2048, "parameter_count": 1e308}
+    response = client.post("/v1/flops", json=body)
+    assert response.status_code == 422, response.text
+    assert "parameter_count" in response.text
+
+
+def test_a_ramp_shorter_than_one_batch_takes_one_step_not_a_500(client: TestClient) -> None:
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "tokens_seen": 1e9,
+        "batch_tokens": 68_719_476_736,
+        "ramp": {"tokens": 1},
+    }
+    response = client.post("/v1/advice/batch", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["ramp"]["total_steps"] == 1

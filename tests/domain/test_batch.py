@@ -173,3 +173,16 @@ def test_batch_ramp_doubles_as_the_critical_batch_grows_and_saves_steps() -> Non
     assert got.total_steps == sum(p.steps for p in got.phases)
     assert got.constant_batch_steps == math.ceil(20e9 / 65_536)
     assert got.steps_saved > 0
+
+
+def test_a_run_shorter_than_one_constant_batch_takes_one_step() -> None:
+    planned = ramp(
+        total_tokens=1.0,
+        loss_at_tokens=lambda tokens: 3.0,
+        critical_batch_at_loss=lambda loss: 1e6,
+        start_batch_tokens=4e9,
+        max_batch_tokens=8e9,
+        granularity_tokens=1.0,
+    )
+    assert planned.constant_batch_steps == 1
+    assert planned.total_steps == 1

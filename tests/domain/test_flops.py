@@ -199,3 +199,9 @@ def test_flops_are_monotone_in_sequence_length(a: int, b: int, convention: str) 
     f_lo = flops_per_token(spec, lo, convention=convention).training_flops_per_token  # type: ignore[arg-type]
     f_hi = flops_per_token(spec, hi, convention=convention).training_flops_per_token  # type: ignore[arg-type]
     assert f_lo <= f_hi
+
+
+def test_a_parameter_count_that_overflows_a_float_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        flops_per_token(get_preset("llama3-8b").spec, 2048, parameter_count=1e308)
+    assert raised.value.field == "parameter_count"
