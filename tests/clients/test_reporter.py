@@ -210,7 +210,6 @@ def check_outage(client: Client, restartable_server: RestartableServer, tmp_path
         spill_path=tmp_path / "spill.jsonl",
         backoff_max_seconds=0.5,
     )
-    run_id = reporter.run_id
     slowest_log = 0.0
     for step in range(1, 601):
         if step == 200:
@@ -222,7 +221,10 @@ def check_outage(client: Client, restartable_server: RestartableServer, tmp_path
         slowest_log = max(slowest_log, time.perf_counter() - started)
         time.sleep(0.002)  # a (very fast) training step
     assert reporter.flush(30), reporter.stats
-    reporter.close()
+    reporter.close(status="finished")
+    run_id = reporter.run_id
+    assert run_id is not None, "the reporter's thread created the run"
+    assert client.get_run(run_id)["status"] == "finished"
     steps = stored_steps(client, run_id)
     assert steps == list(range(1, 601)), "every step once, none missing"
     assert reporter.stats.failed_posts >= 1, "the outage was seen"

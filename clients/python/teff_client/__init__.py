@@ -47,23 +47,15 @@ class Client(_BaseClient):
         run_id: str | None = None,
         *,
         run: Mapping[str, Any] | None = None,
-        idempotency_key: str | None = None,
         **options: Any,
     ) -> Reporter:
         """A :class:`Reporter` for ``run_id``, or for the run ``run`` describes (a ``RunCreate`` body).
 
-        With ``run``: the run is created; when the scheduler's job (cluster, scheduler_job_id,
-        attempt) already has one (409 with ``existing_run_id``), that run is resumed instead, so a
-        restarted process keeps reporting to the run it started.
+        With ``run`` the reporter's thread creates the run (so a service that is down does not hold
+        the job); when the scheduler's job (cluster, scheduler_job_id, attempt) already has a running
+        one, that run is resumed, and when that one ended, the next attempt is created.
         """
-        if (run_id is None) == (run is None):
-            raise TypeError("reporter() takes a run_id or a run description (run=...), not both")
-        if run is not None:
-            created = self.create_or_resume_run(run, idempotency_key=idempotency_key)
-            run_id = created["id"]
-            options.setdefault("global_batch_tokens", created["global_batch_tokens"])
-        assert run_id is not None
-        return Reporter(self, run_id, **options)
+        return Reporter(self, run_id, run=run, **options)
 
     def create_or_resume_run(
         self, run: Mapping[str, Any], *, idempotency_key: str | None = None

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("teff_client.reporter")
 
 _UTC = _dt.UTC
+
+
+class _TryAgain(Exception):
+    """The run's attempt number moved on; create again."""
 
 
 @dataclass
@@ -83,8 +88,9 @@ class Reporter:
     def __init__(
         self,
         client: Client,
-        run_id: str,
+        run_id: str | None = None,
         *,
+        run: Mapping[str, Any] | None = None,
         global_batch_tokens: int | None = None,
         batch_size: int = 500,
         flush_interval_seconds: float = 2.0,
@@ -96,8 +102,15 @@ class Reporter:
         register_atexit: bool = True,
         start: bool = True,
     ) -> None:
+        if (run_id is None) == (run is None):
+            raise TypeError("Reporter needs a run_id or a run description (run=...)")
         self.client = client
         self.run_id = run_id
+        #: the description the sender thread creates (or resumes) the run from, when no run_id is given
+        self.run_description = dict(run) if run is not None else None
+        self.run: dict[str, Any] | None = None
+        self._idempotency_key = str(uuid.uuid4())
+        self.finished_status: str | None = None
         self.global_batch_tokens = global_batch_tokens
         self.batch_size = max(1, batch_size)
         self.flush_interval_seconds = flush_interval_seconds
@@ -176,8 +189,9 @@ class Reporter:
             self._wake.set()
         return not self._queue and not self._pending and not self._spill_left()
 
-    def close(self, timeout_seconds: float | None = None) -> None:
-        """Deliver what is left (within the timeout), spill what could not be, stop the thread."""
+    def close(self, timeout_seconds: float | None = None, *, status: str | None = None) -> None:
+        """Deliver what is left (within the timeout), spill what could not be, stop the thread; with
+        ``status`` (``finished`` or ``failed``) then mark the run so."""
         if self._closed:
             return
         self._closed = True
@@ -195,6 +209,28 @@ class Reporter:
         left = len(self._pending)
         if left:
             logger.warning("teff reporter: %d reports of run %s not delivered at close", left, self.run_id)
+        if status is not None:
+            self._mark(status, max(1.0, (self._deadline or 0.0) - time.monotonic()))
+
+    def _mark(self, status: str, budget_seconds: float) -> None:
+        from teff_client.retry import RetryPolicy
+
+        if self.run_id is None and not self.stats.fatal:
+            with contextlib.suppress(Exception):
+                self._ensure_run()
+        if self.run_id is None or self.stats.fatal:
+            logger.warning("teff reporter: run not marked %s (no run on the service)", status)
+            return
+        policy = RetryPolicy(
+            attempts=3,
+            backoff_base_seconds=min(1.0, budget_seconds / 4),
+            max_retry_after_seconds=budget_seconds,
+        )
+        try:
+            self.client.request("PATCH", f"/v1/runs/{self.run_id}", json={"status": status}, retry=policy)
+            self.finished_status = status
+        except Exception as error:  # the job's exit must not fail because of reporting
+            logger.warning("teff reporter: could not mark run %s %s: %s", self.run_id, status, error)
 
     def __enter__(self) -> Reporter:
         return self
@@ -343,7 +379,9 @@ class Reporter:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if record.get("run_id") == self.run_id and isinstance(record.get("measurement"), dict):
+                if record.get("run_id") in (self.run_id, None) and isinstance(
+                    record.get("measurement"), dict
+                ):
                     measurements.append(record["measurement"])
         return measurements, offset
 
@@ -357,7 +395,53 @@ class Reporter:
 
     # -- delivery ---------------------------------------------------------------------------------------
 
+    def _ensure_run(self) -> None:
+        """Create (or resume) the run from its description; raises while the service is down."""
+        if self.run_id is not None or self.run_description is None:
+            return
+        from teff_client.errors import Conflict
+
+        try:
+            run = self.client.request(
+                "POST",
+                "/v1/runs",
+                json=self.run_description,
+                retry=NO_RETRY,
+                headers={"Idempotency-Key": self._idempotency_key},
+            ).json()
+        except Conflict as conflict:
+            if conflict.existing_run_id is None:
+                raise
+            run = self.client.request("GET", f"/v1/runs/{conflict.existing_run_id}", retry=NO_RETRY).json()
+            if run.get("status") != "running":
+                # The job's earlier attempt ended: this process is the next attempt.
+                self.run_description["attempt"] = int(run.get("attempt") or 0) + 1
+                self._idempotency_key = str(uuid.uuid4())
+                raise _TryAgain() from None
+        self.run = run
+        self.run_id = str(run["id"])
+        if self.global_batch_tokens is None:
+            self.global_batch_tokens = int(run["global_batch_tokens"])
+        logger.info("teff reporter: reporting to run %s", self.run_id)
+
     def _deliver(self) -> None:
+        if self.run_id is None:
+            try:
+                while True:
+                    try:
+                        self._ensure_run()
+                        break
+                    except _TryAgain:
+                        continue
+            except (Unauthorized, Forbidden, ValidationFailed, NotFound) as error:
+                self.stats.fatal = str(error)
+                logger.error("teff reporter: the run cannot be created: %s; reporting stops", error)
+                self._drop(list(self._pending), "fatal")
+                self._pending.clear()
+                return
+            except (ProblemError, ServiceUnreachable, httpx.HTTPError, OSError, ValueError) as error:
+                self._service_down(error)
+                return
         while not self.stats.fatal:
             if self._spill_left():
                 batch, offset = self._read_spill(self.batch_size)
