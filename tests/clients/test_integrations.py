@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="the integration tests need torch (s
 transformers = pytest.importorskip("transformers")
 
 from teff_client import Client  # noqa: E402
+
 from tests.clients.conftest import KeyedServer  # noqa: E402
 
 SEQ_LEN = 32
