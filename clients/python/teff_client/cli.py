@@ -9,6 +9,8 @@
     teff-client runs compare RUN_ID RUN_ID [...]
     teff-client report --from-log train.log --run-id RUN_ID [--format megatron|torchtitan|nemo]
     teff-client report --from-log - --run @run.json      # create (or resume) the run, read stdin
+    teff-client job begin --run @run.json        # a scheduler hook: this job's run id (Slurm ids)
+    teff-client job end --run-id RUN_ID --exit-code 0
 
 ``--url`` / ``TEFF_URL`` (default http://127.0.0.1:8000) and ``--api-key`` / ``TEFF_API_KEY``.
 ``--json`` prints the service's answer as it came. Exit 0 on success, 1 on a service error (its
@@ -181,6 +183,32 @@ def cmd_report(client: Client, args: argparse.Namespace, stdin: TextIO) -> int:
     return 0 if parsed else 1
 
 
+def cmd_job(client: Client, args: argparse.Namespace) -> int:
+    """Scheduler hooks: ``job begin`` creates (or resumes) the run of this job from a description plus
+    the scheduler's environment and prints its id; ``job end`` marks it by the job's exit code."""
+    from teff_client.integrations._common import scheduler_facts
+
+    if args.job_command == "begin":
+        body = {**_body(args.run), **scheduler_facts()}
+        for _ in range(100):
+            run = client.create_or_resume_run(body)
+            if run["status"] == "running":
+                print(run["id"])
+                return 0
+            body["attempt"] = int(run.get("attempt") or 0) + 1  # that attempt ended: this is the next
+        print("teff-client: no free attempt number for this job", file=sys.stderr)
+        return 1
+    status = "finished" if args.exit_code == 0 else "failed"
+    try:
+        run = client.finish_run(args.run_id, status)
+    except ProblemError as error:
+        if error.status != 409:
+            raise
+        run = client.get_run(args.run_id)  # the job marked itself already: its word stands
+    print(f"{run['id']} {run['status']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="teff-client", description="The training-efficiency service from a shell."
@@ -228,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", help="a RunCreate body (JSON text or @file): created, or resumed")
     report.add_argument("--finish", choices=["finished", "failed"], help="then mark the run")
     report.add_argument("--batch-size", type=int, default=REPORT_BATCH)
+
+    job = commands.add_parser("job", help="scheduler hooks (deploy/slurm)")
+    job_commands = job.add_subparsers(dest="job_command", required=True)
+    begin = job_commands.add_parser("begin", help="create or resume this job's run; print its id")
+    begin.add_argument("--run", required=True, help="a RunCreate body (JSON text or @file)")
+    end = job_commands.add_parser("end", help="mark the run finished (exit code 0) or failed")
+    end.add_argument("--run-id", required=True)
+    end.add_argument("--exit-code", type=int, required=True)
     return parser
 
 
@@ -243,6 +279,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None) -> int:
                 return cmd_plan(client, args)
             if args.command == "runs":
                 return cmd_runs(client, args)
+            if args.command == "job":
+                return cmd_job(client, args)
             return cmd_report(client, args, stdin or sys.stdin)
     except ProblemError as error:
         print(f"teff-client: {error}", file=sys.stderr)
