@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Content-Type", "X-API-Key", "Authorization", "Idempotency-Key", "X-Request-ID"],
         )
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, settings=settings)
     return app
 
 
