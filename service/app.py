@@ -82,6 +82,9 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             settings.effective_database_url,
             pool_size=settings.db_pool_size,
             busy_timeout_ms=settings.db_busy_timeout_ms,
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            connect_timeout_seconds=settings.db_connect_timeout_seconds,
+            pool_timeout_seconds=settings.db_pool_timeout_seconds,
         )
         # Admission for requests that use the database (see deps.get_engine): a request holds at most
         # two connections at once, so half the pool's connections may be in flight; the rest wait on

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
         default=5.0, gt=0, le=60, description="how long a request waits for a pooled connection"
     )
     request_deadline_seconds: float = Field(
-        default=9.0,
+        default=8.0,
         gt=0,
         le=300,
         description="a store request (runs, stats, key checks) without a response by then answers "
