@@ -15,6 +15,7 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or settings.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from pathlib import Path
@@ -52,7 +53,8 @@ def _serve(settings: Settings) -> int:
         # traceback-free error but exits 1 only after its start-up, and not with workers).
         probe = socket.create_server((settings.host, settings.port))
     except OSError as exc:
-        return _fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}")
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return _fail(f"cannot listen on {settings.host}:{settings.port}: {reason}")
     probe.close()
     base = f"http://{settings.host}:{settings.port}"
     print(
