@@ -60,6 +60,9 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             settings.effective_database_url,
             pool_size=settings.db_pool_size,
             busy_timeout_ms=settings.db_busy_timeout_ms,
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            connect_timeout_seconds=settings.db_connect_timeout_seconds,
+            pool_timeout_seconds=settings.db_pool_timeout_seconds,
         )
         # Admission for requests that use the database (see deps.get_engine): a request holds at most
         # two connections at once, so half the pool's connections may be in flight; the rest wait on
@@ -117,7 +120,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Content-Type", "X-API-Key", "Authorization", "Idempotency-Key", "X-Request-ID"],
         )
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes, settings=settings)
     return app
 
 

@@ -15,12 +15,14 @@ Exit codes: 0 ok, 1 failure, 2 bad usage or settings.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 from pathlib import Path
 
 import yaml
 
-from service.settings import Settings, SettingsError, load_settings
+from service.settings import Settings, SettingsError, load_settings, redact_url
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -34,15 +36,26 @@ def _serve(settings: Settings) -> int:
     from service.store import migrate
     from service.store.engine import build_engine
 
-    engine = build_engine(settings.effective_database_url, pool_size=1)
+    if settings.check_schema_on_start:
+        engine = build_engine(settings.effective_database_url, pool_size=1)
+        try:
+            migrate.ensure_schema_current(engine)
+        except migrate.SchemaBehind as exc:
+            return _fail(str(exc))
+        except Exception as exc:
+            return _fail(f"cannot reach the database: {type(exc).__name__}: {redact_url(exc)}")
+        finally:
+            engine.dispose()
+    # Without the check a replica starts during a database outage: the stateless endpoints answer,
+    # the store's answer 503 until the database is back.
     try:
-        migrate.ensure_schema_current(engine)
-    except migrate.SchemaBehind as exc:
-        return _fail(str(exc))
-    except Exception as exc:
-        return _fail(f"cannot reach the database: {type(exc).__name__}: {exc}")
-    finally:
-        engine.dispose()
+        # Bind first, here, so that a busy port is one clear line and exit 1 (uvicorn logs a
+        # traceback-free error but exits 1 only after its start-up, and not with workers).
+        probe = socket.create_server((settings.host, settings.port))
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return _fail(f"cannot listen on {settings.host}:{settings.port}: {reason}")
+    probe.close()
     base = f"http://{settings.host}:{settings.port}"
     print(
         f"teff: serving on {base} — docs at {base}/docs (ReDoc at {base}/redoc)", file=sys.stderr, flush=True
@@ -57,6 +70,9 @@ def _serve(settings: Settings) -> int:
         access_log=False,
         proxy_headers=False,
         server_header=False,
+        # Read deadlines and the header cap (service.http_protocol); idle keep-alive connections.
+        http="service.http_protocol:DeadlineHttpProtocol",
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,  # type: ignore[arg-type]
     )
     return 0
 

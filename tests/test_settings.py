@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from service.settings import SettingsError, load_settings
@@ -42,3 +44,47 @@ def test_a_bad_log_format_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEFF_LOG_FORMAT", "xml")
     with pytest.raises(SettingsError, match="TEFF_LOG_FORMAT"):
         load_settings()
+
+
+@pytest.mark.parametrize("variable", ["TEFF_DATABASE_URL", "DATABASE_URL"])
+def test_an_invalid_database_url_never_echoes_its_password(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.delenv("TEFF_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv(variable, "mysql://admin:hunter2-very-secret@db.internal:3306/teff")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert "hunter2-very-secret" not in message
+    assert "admin:***@db.internal" in message  # the rest still says what was given
+    assert "TEFF_DATABASE_URL (or DATABASE_URL)" in message
+    assert "TEFF_TEFF_" not in message
+
+
+def test_the_default_data_directory_does_not_depend_on_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`teff keys create` run from another directory must write the database the server reads
+    (a relative `data` default made a new, empty one in each directory)."""
+    for name in ("TEFF_DATABASE_URL", "DATABASE_URL", "TEFF_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    urls = set()
+    for directory in ("a", "b"):
+        (tmp_path / directory).mkdir()
+        monkeypatch.chdir(tmp_path / directory)
+        urls.add(load_settings().effective_database_url)
+    assert urls == {f"sqlite:///{tmp_path / 'xdg' / 'teff' / 'teff.db'}"}
+
+
+def test_a_relative_data_directory_is_resolved_once_from_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TEFF_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TEFF_DATA_DIR", "here")
+    settings = load_settings()
+    assert settings.data_dir == tmp_path / "here"
+    assert settings.data_dir.is_absolute()

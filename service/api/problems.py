@@ -93,6 +93,27 @@ IDEMPOTENCY_MISMATCH = ProblemKind(
 PAYLOAD_TOO_LARGE = ProblemKind(
     "payload-too-large", 413, "Request body too large", "Send a smaller body or split the batch."
 )
+HEADERS_TOO_LARGE = ProblemKind(
+    "headers-too-large",
+    431,
+    "Request headers too large",
+    "The request line and headers together exceed the server's limit (TEFF_MAX_HEADER_BYTES); send fewer "
+    "or shorter headers.",
+)
+REQUEST_TIMEOUT = ProblemKind(
+    "request-timeout",
+    408,
+    "Request not received in time",
+    "The headers or the body did not arrive within the server's read deadline; the connection is "
+    "closed. Send the whole request promptly.",
+)
+SERVER_BUSY = ProblemKind(
+    "server-busy",
+    503,
+    "Too many large bodies at once",
+    "The server reads a bounded number of large bodies at a time; retry after the Retry-After seconds "
+    "or send smaller batches.",
+)
 UNSUPPORTED_MEDIA_TYPE = ProblemKind(
     "unsupported-media-type", 415, "Unsupported media type", "Send the body as application/json."
 )
@@ -138,6 +159,9 @@ ALL_KINDS: tuple[ProblemKind, ...] = (
     IDEMPOTENCY_IN_FLIGHT,
     IDEMPOTENCY_MISMATCH,
     PAYLOAD_TOO_LARGE,
+    HEADERS_TOO_LARGE,
+    REQUEST_TIMEOUT,
+    SERVER_BUSY,
     UNSUPPORTED_MEDIA_TYPE,
     UNAUTHORIZED,
     FORBIDDEN,

@@ -258,3 +258,42 @@ def test_sqlite_writes_are_503_while_another_process_holds_the_lock_and_recover_
         if holder is not None:
             holder.close()
         stop_server(server)
+
+
+# --------------------------------------------------------------------------------------------------
+# Start-up during an outage (issue 17, defect 5)
+
+
+def test_serve_starts_while_postgres_is_down_when_the_schema_check_is_off(tmp_path: Path) -> None:
+    """`teff serve` with TEFF_CHECK_SCHEMA_ON_START=false and no database to reach: it starts, the
+    stateless endpoints answer 200, readiness and the store 503 with Retry-After (before, it checked
+    the schema anyway and exited, so replicas crash-looped through the outage)."""
+    unreachable = TcpProxy("127.0.0.1", 5432)  # never started: its port refuses connections
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{unreachable.port}/teff"
+    server = start_server(url, tmp_path / "server.log", TEFF_CHECK_SCHEMA_ON_START="false")
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+            _assert_stateless_endpoints_answer(http)
+            ready = http.get("/readyz")
+            assert ready.status_code == 503 and int(ready.headers["Retry-After"]) > 0
+            keyed = {"X-API-Key": "teff_abcdefgh_" + "x" * 32}
+            for method, path, body in [
+                ("GET", "/v1/runs", None),
+                ("POST", "/v1/runs", run_body(cluster="down")),
+                ("GET", "/v1/stats/mfu", None),
+            ]:
+                response = http.request(method, path, json=body, headers=keyed)
+                assert_problem(response, 503, "database-unavailable")
+                assert int(response.headers["Retry-After"]) > 0
+        assert server.process.poll() is None
+    finally:
+        stop_server(server)
+
+
+def test_serve_with_the_schema_check_on_refuses_to_start_without_a_database(tmp_path: Path) -> None:
+    unreachable = TcpProxy("127.0.0.1", 5432)
+    url = f"postgresql+psycopg://postgres:s3cret-pw@127.0.0.1:{unreachable.port}/teff"
+    result = teff("serve", env=server_env(url, unreachable.port))
+    assert result.returncode == 1
+    assert "cannot reach the database" in result.stderr
+    assert "s3cret-pw" not in result.stderr

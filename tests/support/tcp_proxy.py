@@ -1,5 +1,9 @@
-"""A loopback TCP proxy that can be cut and restored: "the database went away" without stopping
-the shared PostgreSQL server the other tests use."""
+"""A loopback TCP proxy that can be cut and restored, or black-holed: "the database went away" or
+"the database stopped answering" without touching the shared PostgreSQL server the other tests use.
+
+``black_hole()`` models a network partition: connections stay open and the proxy's kernel keeps
+acknowledging what is sent, but nothing is forwarded either way (held, as TCP would retransmit it)
+and new connections are accepted but never answered, until ``restore()`` forwards what was held."""
 
 from __future__ import annotations
 
@@ -18,6 +22,16 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._forwarding = threading.Event()
+        self._forwarding.set()
+
+    def black_hole(self) -> None:
+        """Stop forwarding (both ways, open and new connections) without closing anything."""
+        self._forwarding.clear()
+
+    def restore(self) -> None:
+        """Forward again, what was held first."""
+        self._forwarding.set()
 
     def start(self) -> None:
         listener = socket.socket()
@@ -59,10 +73,10 @@ class TcpProxy:
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._forwarding.wait()
                 sink.sendall(data)
         except OSError:
             pass
