@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -115,3 +116,19 @@ def restartable_server(tmp_path: Path) -> Iterator[RestartableServer]:
     server.start()
     yield server
     server.stop()
+
+
+def require(module_name: str) -> Any:
+    """Import a test dependency of the client's integrations, or skip the module with a visible
+    notice (a failure under TEFF_TEST_REQUIRE_ALL=1: CI installs clients/python[test], torch first)."""
+    import importlib
+
+    from tests.conftest import REQUIRE_ALL
+
+    try:
+        return importlib.import_module(module_name)
+    except ImportError:
+        reason = f"{module_name} not installed: pip install torch==2.13.0, then ./clients/python[test]"
+        if REQUIRE_ALL:
+            pytest.fail(f"{reason} (TEFF_TEST_REQUIRE_ALL=1: CI runs every test)", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from teff_client import Client
 
-torch = pytest.importorskip("torch", reason="the integration tests need torch (see clients/python/README.md)")
-transformers = pytest.importorskip("transformers")
+from tests.clients.conftest import KeyedServer, require
 
-from teff_client import Client  # noqa: E402
-
-from tests.clients.conftest import KeyedServer  # noqa: E402
+torch = require("torch")
+transformers = require("transformers")
 
 SEQ_LEN = 32
 BATCH = 4
@@ -147,7 +146,7 @@ def test_hf_trainer_run_is_stored_with_the_trainers_step_times(
 def test_lightning_run_is_stored_with_the_trainers_step_times(
     keyed_server: KeyedServer, tmp_path: Path
 ) -> None:
-    lightning = pytest.importorskip("lightning")
+    lightning = require("lightning")
     from teff_client.integrations.lightning import EfficiencyCallback
 
     class TinyModule(lightning.LightningModule):

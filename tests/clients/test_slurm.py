@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from teff_client import Client
 
-from tests.clients.conftest import CLIENT_ROOT, KeyedServer, client_env
+from tests.clients.conftest import CLIENT_ROOT, KeyedServer, client_env, require
 from tests.clients.slurm_cluster import SlurmCluster, missing_tools
 from tests.clients.slurm_train import TINY_LLAMA
 from tests.conftest import skip_or_fail
 
-pytest.importorskip("torch", reason="the Slurm job trains with torch")
-pytest.importorskip("transformers")
+require("torch")  # the Slurm job trains with torch
+require("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
 WRAPPER = ROOT / "deploy" / "slurm" / "teff-run.sh"
