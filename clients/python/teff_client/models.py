@@ -185,18 +185,6 @@ class CalibrationRead(TypedDict, total=False):
     note: str | None
 
 
-class CatalogParameterCountsRead(TypedDict, total=False):
-    """ParameterCountsRead"""
-
-    total: Required[int]
-    embedding: Required[int]
-    non_embedding: Required[int]
-    active_per_token: Required[int]
-    attention: Required[int]
-    mlp: Required[int]
-    norms: Required[int]
-
-
 class ClusterIn(TypedDict, total=False):
     """The devices the job runs on: an accelerator (catalog id, device name, or ``custom``), how many,"""
 
@@ -880,6 +868,18 @@ class ModelDimensions(TypedDict, total=False):
     sliding_window: int | None
 
 
+class ModelParameterCountsRead(TypedDict, total=False):
+    """ModelParameterCountsRead"""
+
+    total: Required[int]
+    embedding: Required[int]
+    non_embedding: Required[int]
+    active_per_token: Required[int]
+    attention: Required[int]
+    mlp: Required[int]
+    norms: Required[int]
+
+
 class ModelPresetList(TypedDict, total=False):
     """ModelPresetList"""
 
@@ -899,7 +899,7 @@ class ModelPresetRead(TypedDict, total=False):
     source: Required[str]
     dimensions: Required[dict[str, Any]]
     other_architecture_details: Required[dict[str, Any]]
-    parameter_counts: Required[CatalogParameterCountsRead]
+    parameter_counts: Required[ModelParameterCountsRead]
 
 
 class ModelPresetSummary(TypedDict, total=False):
@@ -1150,6 +1150,7 @@ class Problem(TypedDict, total=False):
             "/problems/conflict",
             "/problems/database-unavailable",
             "/problems/forbidden",
+            "/problems/headers-too-large",
             "/problems/idempotency-in-flight",
             "/problems/idempotency-key-reused",
             "/problems/implausible-result",
@@ -1159,6 +1160,8 @@ class Problem(TypedDict, total=False):
             "/problems/not-acceptable",
             "/problems/not-found",
             "/problems/payload-too-large",
+            "/problems/request-timeout",
+            "/problems/server-busy",
             "/problems/storage-full",
             "/problems/unauthorized",
             "/problems/unknown-reference",
@@ -1285,6 +1288,14 @@ class RunPage(TypedDict, total=False):
     order: Required[Literal["asc", "desc"]]
 
 
+class RunParameterCountsRead(TypedDict, total=False):
+    """RunParameterCountsRead"""
+
+    total: Required[int]
+    active_per_token: Required[int]
+    non_embedding: Required[int]
+
+
 class RunPredictionRead(TypedDict, total=False):
     """Predicted against measured for a stored run. MFU under the run's `convention` on both sides;"""
 
@@ -1331,7 +1342,7 @@ class RunRead(TypedDict, total=False):
     updated_at: Required[str]
     model: Required[ModelRef]
     model_name: Required[str]
-    parameters: Required[RunsParameterCountsRead]
+    parameters: Required[RunParameterCountsRead]
     size_class: Required[Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]]
     hardware: Required[HardwareRef]
     accelerator_id: Required[str]
@@ -1381,14 +1392,6 @@ class RunUpdate(TypedDict, total=False):
     remove_tags: list[str] | None
     token_budget_tokens: int | None
     price_per_device_hour: float | None
-
-
-class RunsParameterCountsRead(TypedDict, total=False):
-    """ParameterCountsRead"""
-
-    total: Required[int]
-    active_per_token: Required[int]
-    non_embedding: Required[int]
 
 
 class SchedulePhaseRead(TypedDict, total=False):
