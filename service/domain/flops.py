@@ -11,10 +11,16 @@ it (PaLM Appendix B). The conventions (``reference/flops_and_mfu.md``):
     ``exclude_input``. The score term is generalised to 6·L·H·(d_qk + d_v)·s, which is 12·L·H·Q·s when
     queries, keys and values share the head width Q (and covers MLA's 192/128 split).
 ``6n``
-    6·N per token, no attention term (Kaplan et al. 2020 §2.1; Hugging Face ``floating_point_ops``).
-    Default N: ``exclude_all`` (Kaplan's non-embedding count). Hugging Face's
-    ``num_parameters(exclude_embeddings=True)`` keeps an untied output head: use ``exclude_input`` to
-    match it on an untied model.
+    6·N per token, no attention term, N chosen by ``embedding_policy`` (default ``exclude_all``).
+``kaplan``
+    6·N per token with Kaplan et al. 2020 §2.1's N: non-embedding parameters (every vocabulary and
+    position matrix out, the output head too), the ones a token uses. Llama 3 8B: 41.9 GFLOP/token.
+``hf_trainer``
+    What Hugging Face Trainer logs as ``total_flos``: ``floating_point_ops`` = 6 × tokens ×
+    ``num_parameters(exclude_embeddings=True)`` (transformers ``modeling_utils.py``), which drops only
+    ``nn.Embedding`` weights: the input token embedding (with the head, when tied: one tensor) and
+    learned positions. An untied ``lm_head`` counts, and every expert of an MoE counts (N is the
+    module's total, not the active parameters). Llama 3 8B: 45.0 GFLOP/token.
 ``megatron``
     Megatron-LM ``num_floating_point_operations`` (core ≤ 0.11), per token:
     6·[L·(h·H·Q + 2·h·g·Q + H·Q·h) + h·f·c per dense layer + h·c·(k·f_e + n_s·f_s) per MoE layer + h·V]
@@ -44,7 +50,7 @@ from typing import Literal, get_args
 from service.domain.errors import InvalidInput
 from service.domain.models import ModelSpec, count_parameters, layer_parameters
 
-Convention = Literal["palm", "6n", "megatron", "megatron_causal"]
+Convention = Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
 EmbeddingPolicy = Literal["all", "exclude_input", "exclude_all"]
 Recompute = Literal["none", "selective", "full"]
 
@@ -202,6 +208,13 @@ def parameter_count_for(spec: ModelSpec, embedding_policy: EmbeddingPolicy) -> i
     return counts.active_per_token - counts.embedding
 
 
+def hf_trainer_parameter_count(spec: ModelSpec) -> int:
+    """``num_parameters(exclude_embeddings=True)`` of the transformers module: all parameters (every
+    expert) minus the input token embedding and learned positions, tied or not."""
+    counts = count_parameters(spec)
+    return counts.total - counts.input_embedding - counts.position_embedding
+
+
 def _score_forward_flops(spec: ModelSpec, seq_len_tokens: int, *, causal: bool) -> float:
     """2·H·(d_qk + d_v)·attended per layer per token (QK^T and AV), summed over layers."""
     per_key = 2 * spec.n_heads * (spec.qk_head_dim + spec.value_head_dim)
@@ -250,6 +263,44 @@ def flops_per_token(
         _check_choice(embedding_policy, EMBEDDING_POLICIES, "embedding_policy")
     if parameter_count is not None:
         _check_positive_number(parameter_count, "parameter_count")
+
+    if convention in ("kaplan", "hf_trainer"):
+        if embedding_policy is not None:
+            raise InvalidInput(
+                f"the {convention} convention fixes its N ({'non-embedding' if convention == 'kaplan' else 'HF num_parameters(exclude_embeddings=True)'}); "
+                "drop embedding_policy, or choose convention 6n to pick N.",
+                field="embedding_policy",
+            )
+        counts = count_parameters(spec)
+        if convention == "kaplan":
+            n_fixed = parameter_count_for(spec, "exclude_all")
+            mlp = counts.mlp_active
+        else:
+            n_fixed = hf_trainer_parameter_count(spec)
+            mlp = counts.mlp
+        parameter_part = FlopsComponents(
+            attention_projections_flops=2.0 * counts.attention,
+            attention_scores_flops=0.0,
+            mlp_flops=2.0 * mlp,
+            logits_flops=2.0 * (n_fixed - counts.attention - mlp - counts.norms),
+            other_flops=2.0 * counts.norms,
+        )
+        if parameter_count is not None:
+            parameter_part = parameter_part.scaled(parameter_count / n_fixed)
+            if not math.isfinite(TRAINING_TO_FORWARD * parameter_part.total_flops):
+                raise InvalidInput(
+                    f"parameter_count {parameter_count:.4g} gives more FLOPs per token than a float holds.",
+                    field="parameter_count",
+                )
+        return FlopsBreakdown(
+            convention=convention,
+            embedding_policy=None,
+            recompute=recompute,
+            seq_len_tokens=seq_len_tokens,
+            parameter_count=parameter_count if parameter_count is not None else n_fixed,
+            forward=parameter_part,
+            recompute_extra=_recompute_extra(parameter_part, recompute),
+        )
 
     if convention in ("palm", "6n"):
         policy: EmbeddingPolicy = embedding_policy or DEFAULT_EMBEDDING_POLICY[convention]

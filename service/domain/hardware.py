@@ -5,8 +5,11 @@ composer, Lightning, llm-analysis and stas00/ml-engineering; sources per part be
 
 * Peaks are **dense** (no 2:4 sparsity). NVIDIA datasheets from Ampere on print the sparse figure for
   TF32/FP16/BF16/FP8; the catalog holds half of it.
-* Peaks are **per device as the framework sees a device**: one MI250X GCD (half a package), one TPU v3
-  core, one TPU7x TensorCore device (half a chip), one Trainium1 NeuronCore-v2.
+* Peaks are **per device as the framework sees a device** (the unit is in each entry's
+  ``device_granularity``): one MI250X GCD (half a package), one TPU v3 core, one TPU7x TensorCore
+  device (half a chip), one Trainium1 NeuronCore-v2 (two per chip), one Trainium2 logical NeuronCore
+  (LNC=2 default: four per chip, so the chip's 667 BF16 TFLOP/s and 96 GiB are 166.75 and 24 GiB per
+  rank, as torch-neuronx counts ranks).
 * Consumer GeForce cards: the BF16/FP16 tensor rate with FP32 accumulation (RTX 4090: 165.2), not the
   FP32 shader rate nor the FP16-accumulate rate.
 * Memory is in bytes with the vendor's "GB" read as GiB (HBM stacks come in power-of-two sizes; the
@@ -134,12 +137,57 @@ _SRC_TPU = ("Google Cloud TPU documentation",)
 _ROWS: tuple[_Row, ...] = (
     ("v100-sxm2-32gb", "NVIDIA V100 SXM2 32GB", _NV, (_N, 125, _N, _N, 15.7, 7.8),
      32, 0.9, 150, "NVLink 2", 300, _ONE, ("NVIDIA V100 datasheet",), (), "no BF16 tensor cores"),
+    ("v100-sxm2-16gb", "NVIDIA V100 SXM2 16GB", _NV, (_N, 125, _N, _N, 15.7, 7.8),
+     16, 0.9, 150, "NVLink 2", 300, _ONE, ("NVIDIA V100 datasheet",), (), "no BF16 tensor cores"),
+    ("v100-pcie-16gb", "NVIDIA V100 PCIe 16GB", _NV, (_N, 112, _N, _N, 14, 7),
+     16, 0.9, 16, "PCIe 3", 250, _ONE, ("NVIDIA V100 datasheet",), (), "no BF16 tensor cores"),
+    ("t4", "NVIDIA T4", _NV, (_N, 65, _N, _N, 8.1, _N),
+     16, 0.32, 16, "PCIe 3", 70, _ONE, ("NVIDIA T4 datasheet (FP16 mixed precision 65 TFLOPS)",), (),
+     "Turing: no BF16; GDDR6"),
     ("a100-sxm4-40gb", "NVIDIA A100 SXM4 40GB", _NV, (312, 312, _N, 156, 19.5, 9.7),
      40, 1.555, 300, "NVLink 3", 400, _ONE, _SRC_A100, (), ""),
     ("a100-sxm4-80gb", "NVIDIA A100 SXM4 80GB", _NV, (312, 312, _N, 156, 19.5, 9.7),
      80, 2.039, 300, "NVLink 3", 400, _ONE, _SRC_A100, (), ""),
     ("a100-pcie-80gb", "NVIDIA A100 PCIe 80GB", _NV, (312, 312, _N, 156, 19.5, 9.7),
      80, 1.935, 32, "PCIe 4", 300, _ONE, _SRC_A100, (), ""),
+    ("a100-pcie-40gb", "NVIDIA A100 PCIe 40GB", _NV, (312, 312, _N, 156, 19.5, 9.7),
+     40, 1.555, 32, "PCIe 4", 250, _ONE, _SRC_A100, (), ""),
+    ("a800-sxm4-80gb", "NVIDIA A800 SXM4 80GB", _NV, (312, 312, _N, 156, 19.5, 9.7),
+     80, 2.039, 200, "NVLink 3 (400 GB/s both ways)", 400, _ONE,
+     ("NVIDIA A800 datasheet (the A100 with NVLink cut to 400 GB/s)",), (), "China export part"),
+    ("a40", "NVIDIA A40", _NV, (149.7, 149.7, _N, 74.8, 37.4, _N),
+     48, 0.696, 32, "PCIe 4", 300, _ONE, ("NVIDIA A40 datasheet (dense = half the sparse figure)",), (),
+     "GDDR6; an NVLink bridge pairs two cards (112.5 GB/s both ways)"),
+    ("rtx-a6000", "NVIDIA RTX A6000", _NV, (154.8, 154.8, _N, 77.4, 38.7, _N),
+     48, 0.768, 32, "PCIe 4", 300, _ONE, ("NVIDIA RTX A6000 datasheet (dense = half the sparse figure)",),
+     (), "GDDR6; professional card: FP32 accumulation at full rate"),
+    ("l40", "NVIDIA L40", _NV, (181.05, 181.05, 362.1, 90.5, 90.5, _N),
+     48, 0.864, 32, "PCIe 4", 300, _ONE, ("NVIDIA L40 datasheet (dense = half the sparse figure)",), (),
+     "GDDR6; not the L40S (362 BF16)"),
+    ("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", _NV, (364.2, 364.2, 728.5, 182.1, 91.1, _N),
+     48, 0.96, 32, "PCIe 4", 300, _ONE,
+     ("NVIDIA RTX 6000 Ada datasheet (dense = half the sparse figure)",), (),
+     "GDDR6; professional card: FP32 accumulation at full rate"),
+    ("rtx-5090", "NVIDIA GeForce RTX 5090", _NV, (209.5, 209.5, 419, 104.8, 104.8, _N),
+     32, 1.792, 64, "PCIe 5", 575, _ONE, ("NVIDIA RTX Blackwell GPU architecture white paper",),
+     ("bf16_tflops", "fp16_tflops", "fp8_tflops"),
+     "GDDR7; BF16/FP16 with FP32 accumulation, dense"),
+    ("h800-sxm", "NVIDIA H800 SXM5 80GB", _NV, (989.4, 989.4, 1978.9, 494.7, 67, 1),
+     80, 3.35, 200, "NVLink 4 (400 GB/s both ways)", 700, _ONE,
+     ("NVIDIA H800 datasheet (the H100 SXM with NVLink cut to 400 GB/s and FP64 to 1 TFLOP/s)",
+      "DeepSeek-V3 report (arXiv 2412.19437) §3.1: trained on H800"),
+     (), "China export part"),
+    ("h20", "NVIDIA H20", _NV, (148, 148, 296, 74, 44, 1),
+     96, 4.0, 450, "NVLink 4", 400, _ONE, ("NVIDIA H20 product brief (via OEM spec sheets)",),
+     ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops", "tdp_watts"),
+     "China export part; no public NVIDIA datasheet"),
+    ("h100-hbm2e-96gb", "NVIDIA H100 96GB HBM2e (500 W)", _NV, (989.4, 989.4, 1978.9, 494.7, 67, 34),
+     96, _N, 450, "NVLink 4", 500, _ONE,
+     ("TorchTitan (Liang et al. 2024, arXiv 2410.06511) §3: 'non-standard H100 with HBM2e, limited to a "
+      "lower TDP; the actual peak should be between SXM and NVL'",),
+     ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops"),
+     "the SXM peak as torchtitan's MFU uses it; the part may sustain less (NVL: 835.5). HBM bandwidth "
+     "unpublished"),
     ("h100-sxm", "NVIDIA H100 SXM5 80GB", _NV, (989.4, 989.4, 1978.9, 494.7, 67, 34),
      80, 3.35, 450, "NVLink 4", 700, _ONE, _SRC_H100, (), ""),
     ("h100-pcie", "NVIDIA H100 PCIe", _NV, (756.5, 756.5, 1513, 378, 51, 26),
@@ -182,6 +230,9 @@ _ROWS: tuple[_Row, ...] = (
      64, 1.6, 175, "Infinity Fabric", 280, "one torch device = one GCD = half an MI250X package",
      ("AMD Instinct MI250X product page (package figures halved)",),
      ("intra_node_bandwidth_bytes_per_second", "tdp_watts"), "FP32 is the vector rate"),
+    ("mi210", "AMD Instinct MI210", _AMD, (181, 181, _N, _N, 45.3, 22.6),
+     64, 1.6, 100, "Infinity Fabric (bridge)", 300, _ONE, ("AMD Instinct MI210 product page",),
+     ("intra_node_bandwidth_bytes_per_second",), "FP32 is the matrix rate (vector 22.6)"),
     ("mi300x", "AMD Instinct MI300X", _AMD, (1307.4, 1307.4, 2614.9, 653.7, 163.4, 81.7),
      192, 5.3, 448, "Infinity Fabric", 750, _ONE,
      ("AMD CDNA3 white paper", "AMD Instinct MI300X product page"),
@@ -221,8 +272,14 @@ _ROWS: tuple[_Row, ...] = (
      16, 0.41, 192, "NeuronLink", _N, "one device = one NeuronCore-v2 (two per chip)",
      ("AWS Neuron documentation",), ("intra_node_bandwidth_bytes_per_second",),
      "some sources use 90 TFLOP/s BF16"),
-    ("trainium2", "AWS Trainium2", _AWS, (667, 667, 1299, 667, 181, _N),
-     96, 2.9, 640, "NeuronLink", _N, "one device = one chip", ("AWS Neuron documentation",), (), ""),
+    ("trainium2", "AWS Trainium2 (one logical NeuronCore, LNC=2)", _AWS,
+     (166.75, 166.75, 324.75, 166.75, 45.25, _N),
+     24, 0.725, 160, "NeuronLink", _N,
+     "one device = one logical NeuronCore (LNC=2, the default: two physical cores, four per chip; "
+     "64 ranks per trn2.48xlarge)",
+     ("AWS Neuron documentation: Trainium2 architecture (per chip 667 BF16, 1299 FP8, 96 GiB, 2.9 TB/s; "
+      "chip figures divided by the 4 logical cores)",),
+     (), "per-chip figures are 4x these"),
 )  # fmt: skip
 
 
@@ -266,6 +323,21 @@ _SEPARATORS = re.compile(r"[\s_/\-()]+")
 _ALIASES: dict[str, str] = {
     # torch.cuda.get_device_name()
     "v100 sxm2 32gb": "v100-sxm2-32gb",
+    "v100 sxm2 16gb": "v100-sxm2-16gb",
+    "v100 pcie 16gb": "v100-pcie-16gb",
+    "t4": "t4",
+    "a100 pcie 40gb": "a100-pcie-40gb",
+    "a800 sxm4 80gb": "a800-sxm4-80gb",
+    "a40": "a40",
+    "rtx a6000": "rtx-a6000",
+    "l40": "l40",
+    "rtx 6000 ada generation": "rtx-6000-ada",
+    "rtx 5090": "rtx-5090",
+    "h800": "h800-sxm",
+    "h800 80gb hbm3": "h800-sxm",
+    "h20": "h20",
+    "h100 96gb hbm2e": "h100-hbm2e-96gb",
+    "mi210": "mi210",
     "a100 sxm4 40gb": "a100-sxm4-40gb",
     "a100 sxm4 80gb": "a100-sxm4-80gb",
     "a100 80gb pcie": "a100-pcie-80gb",
@@ -312,6 +384,15 @@ _ALIASES: dict[str, str] = {
     "trainium": "trainium1",
     "trn1": "trainium1",
     "trn2": "trainium2",
+    "trainium2": "trainium2",
+}
+
+#: Names that several parts report (some drivers print a bare "NVIDIA H100"): answered with the
+#: candidates, never a guess.
+_AMBIGUOUS: dict[str, tuple[str, ...]] = {
+    "h100": ("h100-sxm", "h100-hbm2e-96gb", "h100-pcie", "h100-nvl"),
+    "a100": ("a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-40gb", "a100-pcie-80gb"),
+    "v100": ("v100-sxm2-16gb", "v100-sxm2-32gb", "v100-pcie-16gb"),
 }
 
 
@@ -360,6 +441,14 @@ def resolve_device_name(name: str) -> str:
     query = _normalise(name) if isinstance(name, str) else ""
     found = _NAME_TO_ID.get(query)
     if found is None:
+        candidates = _AMBIGUOUS.get(query)
+        if candidates is not None and len(candidates) > 1:
+            raise NotFound(
+                f"device name {name!r} fits several parts: {', '.join(candidates)}. Give the accelerator "
+                "id, or the full name the driver reports (nvidia-smi --query-gpu=name).",
+                field="device_name",
+                close_matches=candidates,
+            )
         raise _not_found("device name", name, query, "device_name")
     return found
 

@@ -28,6 +28,7 @@ __all__ = [
     "chinchilla_loss",
     "compute_optimal",
     "compute_optimal_all",
+    "consensus_optimal",
     "deepseek_optimal",
     "iso_flop_curve",
     "kaplan_loss",
@@ -210,10 +211,47 @@ def deepseek_optimal(compute_flops: float) -> ComputeOptimal:
     )
 
 
+#: The fits that agree with one another (Besiroglu et al. 2024 §4: Chinchilla's Approach 3 as printed
+#: is inconsistent with Approaches 1 and 2 and with its own data; their refit agrees with them).
+CONSENSUS_MEMBERS = ("epoch", "chinchilla_approach1", "20_tokens_per_param")
+
+
+def consensus_optimal(compute_flops: float) -> ComputeOptimal:
+    """The default answer: the geometric mean N of the consistent fits (:data:`CONSENSUS_MEMBERS`:
+    Besiroglu et al. 2024's refit of Approach 3, Chinchilla Approach 1 as tabulated in Table 3, and
+    20 tokens per parameter), D = C/(6N), loss from the refit. The note gives each member's N and
+    tokens/parameter and the spread (max/min N), so the disagreement stays visible.
+
+    At the Gopher budget (5.76e23) the members give 72.2B, 67.8B and 69.3B parameters (consensus 69.8B,
+    19.7 tokens/param), where the rounded Approach 3 gives 32.2B (Besiroglu et al. 2024 §4).
+    """
+    c = _positive(compute_flops, "compute_flops")
+    members = [
+        compute_optimal(EPOCH_REFIT, c),
+        table3_approach1(c, EPOCH_REFIT),
+        twenty_tokens_per_param(c, EPOCH_REFIT),
+    ]
+    n = math.exp(math.fsum(math.log(m.params) for m in members) / len(members))
+    d = c / (6 * n)
+    spread = max(m.params for m in members) / min(m.params for m in members)
+    detail = ", ".join(f"{m.rule} {m.params:.3g} ({m.tokens_per_param:.3g} tokens/param)" for m in members)
+    return ComputeOptimal(
+        "consensus",
+        "geometric mean of Besiroglu et al. 2024's refit, Chinchilla Approach 1 (Table 3) and 20 tokens/param",
+        c,
+        n,
+        d,
+        d / n,
+        chinchilla_loss(EPOCH_REFIT, n, d),
+        f"members: {detail}; spread {spread:.3g}x; loss from epoch",
+    )
+
+
 def compute_optimal_all(compute_flops: float, fit_name: str = "chinchilla_rounded") -> list[ComputeOptimal]:
-    """Every rule at once: the three Eq. 4 fits, Table 3's power law, 20 tokens/param and DeepSeek."""
+    """Every rule at once: the consensus (first), the three Eq. 4 fits, Table 3's power law, 20 tokens/param and DeepSeek."""
     fit = get_fit(fit_name)
     return [
+        consensus_optimal(compute_flops),
         compute_optimal(CHINCHILLA_ROUNDED, compute_flops),
         compute_optimal(CHINCHILLA_UNROUNDED, compute_flops),
         compute_optimal(EPOCH_REFIT, compute_flops),

@@ -76,7 +76,7 @@ def test_framework_device_names_resolve_without_substring_traps(
 
 
 def test_an_unknown_device_name_is_404_not_a_guess(client: TestClient) -> None:
-    response = client.get("/v1/hardware", params={"device_name": "NVIDIA H20"})
+    response = client.get("/v1/hardware", params={"device_name": "NVIDIA H900"})
     assert response.status_code == 404
     assert "custom" in response.json()["detail"].lower()
 

@@ -205,3 +205,31 @@ def test_a_parameter_count_that_overflows_a_float_is_refused_naming_the_field() 
     with pytest.raises(InvalidInput) as raised:
         flops_per_token(get_preset("llama3-8b").spec, 2048, parameter_count=1e308)
     assert raised.value.field == "parameter_count"
+
+
+def test_each_6n_policy_reproduces_its_source_on_llama3_8b() -> None:
+    # Untied Llama 3 8B (8,030,261,248 parameters, vocab 128256 x 4096): HF Trainer drops only the input
+    # embedding (45.0 GFLOP/token), Kaplan drops the output head as well (41.9).
+    spec = get_preset("llama3-8b").spec
+    vocab_matrix = 128256 * 4096
+    hf = flops_per_token(spec, 8192, convention="hf_trainer")
+    kaplan = flops_per_token(spec, 8192, convention="kaplan")
+    assert hf.parameter_count == 8_030_261_248 - vocab_matrix
+    assert kaplan.parameter_count == 8_030_261_248 - 2 * vocab_matrix
+    assert hf.training_flops_per_token / 1e9 == pytest.approx(45.0, abs=0.05)
+    assert kaplan.training_flops_per_token / 1e9 == pytest.approx(41.9, abs=0.05)
+
+
+def test_hf_trainer_counts_every_expert_and_kaplan_the_active_ones() -> None:
+    spec = get_preset("mixtral-8x7b").spec
+    counts = count_parameters(spec)
+    hf = flops_per_token(spec, 4096, convention="hf_trainer")
+    kaplan = flops_per_token(spec, 4096, convention="kaplan")
+    assert hf.parameter_count == counts.total - counts.input_embedding
+    assert kaplan.parameter_count == counts.active_per_token - counts.embedding
+
+
+def test_the_fixed_n_conventions_refuse_an_embedding_policy() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        flops_per_token(get_preset("llama3-8b").spec, 2048, convention="kaplan", embedding_policy="all")
+    assert raised.value.field == "embedding_policy"

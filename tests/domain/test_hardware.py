@@ -70,8 +70,8 @@ def test_gh200_is_not_an_h200() -> None:
 
 
 def test_h20_does_not_match_h200() -> None:
-    with pytest.raises(NotFound):
-        resolve_device_name("NVIDIA H20")
+    assert resolve_device_name("NVIDIA H20") == "h20"
+    assert resolve_device_name("NVIDIA H200") == "h200-sxm"
 
 
 def test_tpu_v5_lite_is_v5e_and_plain_v5_is_v5p() -> None:
@@ -91,7 +91,7 @@ def test_every_catalog_id_resolves_to_itself() -> None:
 
 def test_unknown_device_is_a_clear_error_listing_ids_and_offering_a_custom_peak() -> None:
     with pytest.raises(NotFound) as err:
-        resolve_device_name("NVIDIA H800")
+        resolve_device_name("NVIDIA H900")
     assert "h100-sxm" in err.value.message
     assert "custom" in err.value.message
     assert err.value.close_matches
@@ -120,7 +120,7 @@ def test_unknown_id_has_close_matches() -> None:
         ("tpu-v6e", "bf16", 918),
         ("tpu-v7", "bf16", 1153.5),  # per TensorCore device
         ("gaudi3", "bf16", 1835),
-        ("trainium2", "fp8", 1299),
+        ("trainium2", "fp8", 1299 / 4),  # the chip's 1299 over its 4 logical cores (LNC=2)
         ("v100-sxm2-32gb", "fp16", 125),
     ],
 )
@@ -178,3 +178,51 @@ def test_a_custom_peak_given_in_flops_is_rejected() -> None:
 def test_a_custom_accelerator_needs_a_peak() -> None:
     with pytest.raises(InvalidInput):
         custom_accelerator(name="x", peak_tflops={})
+
+
+# Datasheet dense peaks (TFLOP/s) and memory (GB) of the parts people rent, and every string the
+# frameworks report for them (torch.cuda.get_device_name(), rocm-smi --showproductname).
+RENTED_PARTS = [
+    ("h800-sxm", "bf16", 989.4, 80, ["NVIDIA H800", "NVIDIA H800 80GB HBM3"]),
+    ("h20", "bf16", 148, 96, ["NVIDIA H20"]),
+    ("a800-sxm4-80gb", "bf16", 312, 80, ["NVIDIA A800-SXM4-80GB"]),
+    ("a100-pcie-40gb", "bf16", 312, 40, ["NVIDIA A100-PCIE-40GB"]),
+    ("v100-sxm2-16gb", "fp16", 125, 16, ["Tesla V100-SXM2-16GB"]),
+    ("v100-pcie-16gb", "fp16", 112, 16, ["Tesla V100-PCIE-16GB"]),
+    ("t4", "fp16", 65, 16, ["Tesla T4"]),
+    ("a40", "bf16", 149.7, 48, ["NVIDIA A40"]),
+    ("l40", "bf16", 181.05, 48, ["NVIDIA L40"]),
+    ("rtx-a6000", "bf16", 154.8, 48, ["NVIDIA RTX A6000"]),
+    ("rtx-6000-ada", "bf16", 364.2, 48, ["NVIDIA RTX 6000 Ada Generation"]),
+    ("mi210", "bf16", 181, 64, ["AMD Instinct MI210"]),
+    ("rtx-5090", "bf16", 209.5, 32, ["NVIDIA GeForce RTX 5090"]),
+    ("h100-hbm2e-96gb", "bf16", 989.4, 96, ["NVIDIA H100 96GB HBM2e"]),
+]
+
+
+@pytest.mark.parametrize(("part_id", "precision", "tflops", "memory_gb", "names"), RENTED_PARTS)
+def test_a_rented_part_answers_by_id_and_by_every_reported_name(
+    part_id: str, precision: str, tflops: float, memory_gb: int, names: list[str]
+) -> None:
+    part = get_accelerator(part_id)
+    assert part.peak_tflops(precision) == pytest.approx(tflops)  # type: ignore[arg-type]
+    assert part.memory_bytes == memory_gb * 2**30
+    assert part.sources and part.device_granularity
+    for name in names:
+        assert resolve_device_name(name) == part_id, name
+
+
+def test_a_bare_nvidia_h100_answers_with_the_candidates() -> None:
+    with pytest.raises(NotFound) as err:
+        resolve_device_name("NVIDIA H100")
+    assert {"h100-sxm", "h100-pcie", "h100-nvl", "h100-hbm2e-96gb"} <= set(err.value.close_matches)
+
+
+def test_trainium_entries_are_both_per_framework_rank() -> None:
+    # Trainium1: two NeuronCore-v2 per chip, one rank each; Trainium2: LNC=2 gives 4 logical cores per
+    # chip, 64 ranks per trn2.48xlarge (16 chips), about 24 GiB each.
+    trn2 = get_accelerator("trainium2")
+    assert trn2.peak_tflops("bf16") * 4 == pytest.approx(667)
+    assert trn2.memory_bytes * 4 == 96 * 2**30
+    for part in (trn2, get_accelerator("trainium1")):
+        assert "NeuronCore" in part.device_granularity

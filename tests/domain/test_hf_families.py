@@ -259,3 +259,19 @@ def test_an_unsupported_family_names_the_dimensions_to_give_instead() -> None:
         from_hf_config({"model_type": "jamba", "hidden_size": 64})
     assert raised.value.field == "model_type"
     assert "n_layers, d_model, n_heads" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    "family",
+    [f for f in FAMILIES if f.model_type in {"llama", "gemma", "mixtral", "qwen2_moe", "gpt2"}],
+    ids=_id,
+)
+def test_the_hf_trainer_convention_equals_transformers_trainer_flops(family: Family) -> None:
+    # transformers 5 Trainer.floating_point_ops (trainer.py): 6 x input_ids.numel() x
+    # model.num_parameters(exclude_embeddings=True), on the module itself.
+    config_json, module = _build(family)
+    spec = from_hf_config(config_json)
+    ids = torch.zeros((2, SEQ_LEN), dtype=torch.long)
+    hf_flops = 6 * ids.numel() * module.num_parameters(exclude_embeddings=True)
+    ours = flops_per_token(spec, SEQ_LEN, convention="hf_trainer").training_flops_per_token
+    assert ours * ids.numel() == pytest.approx(hf_flops, rel=1e-12)

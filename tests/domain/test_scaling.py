@@ -16,6 +16,7 @@ from service.domain.scaling import (
     chinchilla_loss,
     compute_optimal,
     compute_optimal_all,
+    consensus_optimal,
     deepseek_optimal,
     iso_flop_curve,
     kaplan_loss,
@@ -96,6 +97,7 @@ def test_deepseek_optimum_multiplies_back_to_the_budget_and_converts_m_to_params
 
 def test_all_rules_are_returned_together() -> None:
     assert [r.rule for r in compute_optimal_all(1e22)] == [
+        "consensus",
         "chinchilla_rounded",
         "chinchilla_unrounded",
         "epoch",
@@ -138,3 +140,15 @@ def test_a_non_positive_budget_is_refused() -> None:
     with pytest.raises(InvalidInput) as err:
         compute_optimal(EPOCH_REFIT, 0)
     assert err.value.field == "compute_flops"
+
+
+def test_the_consensus_lies_among_its_members_and_shows_their_spread() -> None:
+    members = [
+        compute_optimal(EPOCH_REFIT, 5.76e23).params,
+        table3_approach1(5.76e23).params,
+        twenty_tokens_per_param(5.76e23).params,
+    ]
+    got = consensus_optimal(5.76e23)
+    assert min(members) <= got.params <= max(members)
+    assert 6 * got.params * got.tokens == pytest.approx(5.76e23)
+    assert "spread" in got.note

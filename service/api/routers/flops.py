@@ -12,7 +12,10 @@ router = APIRouter(tags=["flops"])
 
 _NOTES = {
     "palm": "PaLM Appendix B: 6·N + 12·L·H·Q·s per token; attention scores counted non-causally (full s×s).",
-    "6n": "Kaplan et al. 2020 §2.1 / Hugging Face: 6·N per token, no attention-score term.",
+    "6n": "6·N per token, no attention-score term; N by embedding_policy (default: Kaplan's non-embedding N).",
+    "kaplan": "Kaplan et al. 2020 §2.1: 6·N per token, N = non-embedding parameters (output head excluded too).",
+    "hf_trainer": "Hugging Face Trainer total_flos: 6·N per token, N = num_parameters(exclude_embeddings=True): "
+    "all parameters (every expert) minus nn.Embedding weights, so an untied lm_head counts.",
     "megatron": "Megatron-LM num_floating_point_operations (core ≤ 0.11): every GEMM counted, logits included, "
     "embedding lookup not; scores non-causal.",
     "megatron_causal": "Megatron GEMM count with causal attention scores (half of s×s; sliding windows capped), "

@@ -46,6 +46,8 @@ _OWN_FIT = {
 
 
 def _optimal(fit: FitName, compute_flops: float, loss_fit: scaling.LossFit) -> scaling.ComputeOptimal:
+    if fit == "consensus":
+        return scaling.consensus_optimal(compute_flops)
     if fit in _OWN_FIT:
         return scaling.compute_optimal(_OWN_FIT[fit], compute_flops)
     if fit == "chinchilla_approach1":
@@ -58,6 +60,8 @@ def _optimal(fit: FitName, compute_flops: float, loss_fit: scaling.LossFit) -> s
 def _loss_fit_of(rule: str, loss_fit: scaling.LossFit) -> scaling.LossFit | None:
     if rule in scaling.FITS:
         return scaling.FITS[rule]
+    if rule == "consensus":
+        return scaling.EPOCH_REFIT
     return None if rule == "deepseek" else loss_fit
 
 
@@ -137,7 +141,7 @@ async def compute_optimal_size(body: ComputeOptimalRequest) -> ComputeOptimalRea
             total_training_flops=compute, basis="total_training_flops", formula="C as given"
         )
 
-    headline: FitName = "chinchilla" if body.fit == "all" else body.fit
+    headline: FitName = "consensus" if body.fit == "all" else body.fit
     if body.fit == "all":
         every = scaling.compute_optimal_all(compute, body.loss_fit)
         results = [_result(r, loss_fit) for r in every]
@@ -146,7 +150,7 @@ async def compute_optimal_size(body: ComputeOptimalRequest) -> ComputeOptimalRea
         result = _result(_optimal(headline, compute, loss_fit), loss_fit)
         results = [result]
 
-    curve_fit = _OWN_FIT.get(headline, loss_fit)
+    curve_fit = scaling.EPOCH_REFIT if headline == "consensus" else _OWN_FIT.get(headline, loss_fit)
     curve = scaling.iso_flop_curve(curve_fit, compute, points=body.iso_flop_points, span=body.iso_flop_span)
     used_names = {r.loss_fit for r in results if r.loss_fit is not None} | {curve_fit.name}
     constants = [_fit_read(f) for name, f in scaling.FITS.items() if name in used_names]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
 RecomputeName = Literal["none", "selective", "full"]
-ConventionName = Literal["palm", "6n", "megatron", "megatron_causal"]
+ConventionName = Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
 EmbeddingPolicyName = Literal["all", "exclude_input", "exclude_all"]
 
 PositiveInt = Annotated[int, Field(gt=0, le=10**12)]

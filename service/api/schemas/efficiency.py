@@ -25,7 +25,7 @@ from service.api.schemas.schedules import field_error
 
 CONVENTION_FIELD: Any = Field(
     default="palm",
-    description="FLOPs convention: palm (6N + 12·L·H·Q·s, non-causal; default), 6n (Kaplan/HF), megatron "
+    description="FLOPs convention: palm (6N + 12·L·H·Q·s, non-causal; default), 6n (6·N, N by embedding_policy), kaplan (6·N non-embedding, Kaplan §2.1), hf_trainer (HF Trainer's floating_point_ops: 6·N without the input embedding, untied lm_head and every expert counted), megatron "
     "(explicit GEMM count incl. logits, GQA, SwiGLU, MoE; non-causal scores), megatron_causal (same, causal "
     "scores: half, sliding windows honoured)",
 )

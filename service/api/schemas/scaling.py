@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 FitName = Literal[
+    "consensus",
     "chinchilla",
     "chinchilla_unrounded",
     "epoch",
@@ -38,6 +39,7 @@ FitName = Literal[
 ]
 #: ``fit`` in a request: one rule, or all of them side by side.
 FitChoice = Literal[
+    "consensus",
     "chinchilla",
     "chinchilla_unrounded",
     "epoch",
@@ -88,8 +90,10 @@ class ComputeOptimalRequest(ApiModel):
     )
     precision: PrecisionName = Field(default="bf16", description="with hardware: whose dense peak to use")
     fit: FitChoice = Field(
-        default="chinchilla",
-        description="chinchilla (Hoffmann et al. 2022 Eq. 10, rounded constants as printed: 32.2B at the "
+        default="consensus",
+        description="consensus (default: the geometric mean of the fits that agree, epoch, "
+        "chinchilla_approach1 and twenty_tokens_per_param, each member in the note: 69.8B at the Gopher "
+        "budget; Besiroglu et al. 2024 showed the rounded Approach 3 inconsistent), chinchilla (Hoffmann et al. 2022 Eq. 10, rounded constants as printed: 32.2B at the "
         "Gopher budget), chinchilla_unrounded (α 0.3392, β 0.2849, E 1.6934: the paper's 40B), epoch "
         "(Besiroglu et al. 2024 refit), chinchilla_approach1 (Table 3's power law), "
         "twenty_tokens_per_param (N = √(C/120)), deepseek (DeepSeek LLM Eq. 4), or all side by side",
