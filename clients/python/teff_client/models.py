@@ -245,6 +245,7 @@ class ComputeOptimalRequest(TypedDict, total=False):
     mfu: float | None
     precision: Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
     fit: Literal[
+        "consensus",
         "chinchilla",
         "chinchilla_unrounded",
         "epoch",
@@ -325,7 +326,7 @@ class FlopsComponentsRead(TypedDict, total=False):
 class FlopsRead(TypedDict, total=False):
     """FlopsRead"""
 
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     embedding_policy: Required[Literal["all", "exclude_input", "exclude_all"] | None]
     recompute: Required[Literal["none", "selective", "full"]]
     seq_len_tokens: Required[int]
@@ -349,7 +350,7 @@ class FlopsRequest(TypedDict, total=False):
 
     model: Required[ModelRef]
     seq_len_tokens: Required[int]
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
     recompute: Literal["none", "selective", "full"]
     embedding_policy: Literal["all", "exclude_input", "exclude_all"] | None
     parameter_count: float | None
@@ -761,7 +762,7 @@ class MfuGapRead(TypedDict, total=False):
 
     useful_mfu: Required[float]
     mfu: Required[float]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     convention_difference: Required[float]
     total_cost: Required[float]
     costs: Required[list[MfuCostRead]]
@@ -792,7 +793,7 @@ class MfuRead(TypedDict, total=False):
     device_count: Required[int]
     accelerator: Required[AcceleratorBrief]
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     recompute: Required[Literal["none", "selective", "full"]]
     band: Required[Literal["below_typical", "typical", "above_typical"]]
     reading: Required[str]
@@ -809,7 +810,7 @@ class MfuRequest(TypedDict, total=False):
     precision: Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
     throughput: Required[ThroughputIn]
     recompute: Literal["none", "selective", "full"]
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
     embedding_policy: Literal["all", "exclude_input", "exclude_all"] | None
     parameter_count: float | None
 
@@ -1041,7 +1042,7 @@ class PlanRead(TypedDict, total=False):
     global_batch_sequences: Required[int]
     global_batch_tokens: Required[int]
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     cluster: Required[ClusterRead]
     calibration: Required[CalibrationRead]
     candidates: Required[list[PlanCandidateRead]]
@@ -1064,7 +1065,7 @@ class PlanRequest(TypedDict, total=False):
     cluster: Required[ClusterIn]
     precision: Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
     optimizer: Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafactor", "adam_8bit"]
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
     dropout: bool
     calibration: CalibrationIn | Literal["fleet", "tenant"] | None
     constraints: PlanConstraintsIn
@@ -1243,7 +1244,7 @@ class RunCreate(TypedDict, total=False):
     tags: list[str]
     token_budget_tokens: int | None
     price_per_device_hour: float | None
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
     started_at: str | None
 
 
@@ -1252,7 +1253,7 @@ class RunEfficiency(TypedDict, total=False):
 
     run_id: Required[str]
     status: Required[Literal["running", "finished", "failed"]]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
     peak_tflops_per_device: Required[float]
     measurement_count: Required[int]
@@ -1360,7 +1361,7 @@ class RunRead(TypedDict, total=False):
     tags: Required[list[str]]
     token_budget_tokens: Required[int | None]
     price_per_device_hour: Required[float | None]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     model_flops_per_token: Required[float]
     hardware_flops_per_token: Required[float]
     peak_tflops_per_device: Required[float]
@@ -1458,7 +1459,7 @@ class StepPredictionRead(TypedDict, total=False):
     global_batch_tokens: Required[int]
     micro_batches_per_step: Required[int]
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     cluster: Required[ClusterRead]
     layout: Required[LayoutRead]
     calibration: Required[CalibrationRead]
@@ -1494,7 +1495,7 @@ class StepPredictionRequest(TypedDict, total=False):
     layout: Required[LayoutIn]
     precision: Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
     optimizer: Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafactor", "adam_8bit"]
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
     dropout: bool
     calibration: CalibrationIn | Literal["fleet", "tenant"] | None
 
@@ -1548,7 +1549,7 @@ class TrainingEstimateRead(TypedDict, total=False):
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
     peak_tflops_per_device: Required[float]
     price_per_device_hour: Required[float | None]
-    convention: Required[Literal["palm", "6n", "megatron", "megatron_causal"]]
+    convention: Required[Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]]
     at_given_mfu: Required[JobCostRead]
     at_other_mfus: Required[list[JobCostRead]]
     summary: Required[str]
@@ -1568,7 +1569,7 @@ class TrainingEstimateRequest(TypedDict, total=False):
     mfu: float | None
     predict: PredictMfuIn | None
     price_per_device_hour: float | None
-    convention: Literal["palm", "6n", "megatron", "megatron_causal"]
+    convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
 
 
 class WarmupAdviceRead(TypedDict, total=False):
