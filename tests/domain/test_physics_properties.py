@@ -118,3 +118,15 @@ def test_hybrid_sharding_holds_more_state_than_full_sharding() -> None:
     full = ParallelLayout(dp=64, zero_stage=3)
     hybrid = ParallelLayout(dp=64, zero_stage=3, shard_group_size=8)
     assert estimate_memory(LLAMA8, 4096, hybrid).total_bytes > estimate_memory(LLAMA8, 4096, full).total_bytes
+
+
+def test_a_prediction_states_its_regimes_and_band() -> None:
+    spec = get_preset("llama3.1-405b").spec
+    layout = ParallelLayout(tp=8, pp=16, dp=1, sequence_parallel=True, recompute="full",
+                            first_stage_layers=7, last_stage_layers=7)  # fmt: skip
+    pred = predict_step(spec, 8192, Cluster(H100, 128, 8, 50e9), layout, 32)
+    assert {"hopper", "uneven-pp", "megatron-tp-pp"} <= set(pred.regimes)
+    assert pred.uncertainty_mfu_points is not None and pred.uncertainty_mfu_points >= 3.0
+    plain = predict_step(LLAMA8, 4096, Cluster(H100, 8, 8, 50e9), ParallelLayout(dp=8, zero_stage=1), 64)
+    assert "uneven-pp" not in plain.regimes and plain.uncertainty_mfu_points is not None
+    assert plain.uncertainty_mfu_points < pred.uncertainty_mfu_points
