@@ -77,3 +77,14 @@ def test_script_prints_the_table(capsys: pytest.CaptureFixture[str], tmp_path: P
     vp.main([])
     out = capsys.readouterr().out
     assert "long-context" in out and "llama3-405b-8192gpu-seq8192" in out and "REFUSED" not in out
+
+
+def test_korthikanti_2022_iteration_times(all_results: list[vp.RowResult]) -> None:
+    # The paper's eight runs (Table 5): iteration-time error = reported / predicted MFU − 1. Calculon
+    # reports 3.65% mean, 8.87% worst on them; this model stands at ~5.3% / 11.6% (issue 16 open item),
+    # and this test keeps it from sliding back.
+    rows = [r for r in all_results if r.id.startswith("korthikanti2022-")]
+    assert len(rows) == 8
+    errors = [abs(r.reported_mfu / r.predicted_mfu - 1) for r in rows]
+    assert sum(errors) / 8 < 0.06
+    assert max(errors) < 0.125
