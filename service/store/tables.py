@@ -224,3 +224,25 @@ idempotency_keys = Table(
     CheckConstraint("state IN ('in_flight', 'done')", name="state"),
     Index("ix_idempotency_keys_created_at", "created_at"),
 )
+
+# Run events (issue 21: goodput): job start/end, first step, checkpoint saves and restores,
+# evaluations, stalls, hangs, failures and restarts. A (run, event id) is stored once, so a client's
+# retried POST changes nothing. ``attempt``: the attempt the event names, when it differs from the
+# run's own (runs that share a scheduler job id are the attempts of one job).
+run_events = Table(
+    "run_events",
+    metadata,
+    Column("pk", Integer, primary_key=True),
+    Column("run_pk", Integer, ForeignKey("runs.pk", ondelete="CASCADE"), nullable=False),
+    Column("tenant", String(64), nullable=False),
+    Column("event_id", String(100), nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("attempt", Integer, nullable=True),
+    Column("step", BigInteger, nullable=True),
+    Column("duration_seconds", Double, nullable=True),
+    Column("reason", String(500), nullable=True),
+    Column("received_at", UtcDateTime, nullable=False),
+    UniqueConstraint("run_pk", "event_id"),
+    Index("ix_run_events_run_pk_at", "run_pk", "at"),
+)
