@@ -62,11 +62,23 @@ def _ramp_figure(size: str) -> Figure:
     return plots.line_chart_figure(LONG_TITLE, "tokens", "batch", series, log_x=True, log_y=True, size=size)
 
 
+def _comparison_figure(size: str) -> Figure:
+    runs = [
+        (f"run_{i:020d} · llama3-8b · {8 * (i + 1)} × h100", 0.30 + 0.02 * i, 0.31 + 0.015 * i)
+        for i in range(6)
+    ]
+    runs.append(("run_empty · llama3-8b · 8 × h100", None, None))
+    return plots.run_comparison_figure(
+        runs=runs, title=LONG_TITLE, best_run_id="run_00000000000000000005", size=size
+    )
+
+
 KINDS: dict[str, tuple[Callable[[str], Figure], list[str]]] = {
     "schedule": (_schedule_figure, ["WSD <cosine> & co", "warmup", "stable", "decay"]),
     "breakdown": (_breakdown_figure, [name for name, _ in COMPONENTS]),
     "mfu": (_mfu_figure, ["MFU", "min–max", "median 40.0%"]),
     "ramp": (_ramp_figure, ["batch (ramp)", "critical batch"]),
+    "comparison": (_comparison_figure, ["median MFU", "latest MFU"]),
 }
 
 

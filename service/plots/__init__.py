@@ -24,6 +24,8 @@ from service.plots.charts import (
     line_chart_figure,
     mfu_over_time_chart,
     mfu_over_time_figure,
+    run_comparison_chart,
+    run_comparison_figure,
 )
 from service.plots.render import Format, clipped_texts
 from service.plots.style import COMPONENT_COLOURS, SIZES, colour_for, format_number
@@ -48,6 +50,8 @@ __all__ = [
     "line_chart_svg",
     "mfu_over_time_chart",
     "mfu_over_time_figure",
+    "run_comparison_chart",
+    "run_comparison_figure",
     "to_png",
 ]
 

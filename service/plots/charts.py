@@ -275,3 +275,56 @@ def mfu_over_time_chart(
         cluster=cluster, run_id=run_id, size=size,
     )  # fmt: skip
     return save(fig, fmt)
+
+
+def run_comparison_figure(
+    *,
+    runs: Sequence[tuple[str, float | None, float | None]],
+    title: str,
+    best_run_id: str | None = None,
+    size: str = "medium",
+) -> Figure:
+    """Median MFU per run as bars (percent), the latest MFU as a marker; ``runs`` holds
+    ``(label, median_mfu, latest_mfu)`` with MFU as fractions, in the order to draw them, top down.
+    A run without measurements keeps its row, marked "no measurements"."""
+    fig, ax = new_figure(size)
+    colour = colour_for("MFU")
+    rows = list(range(len(runs)))
+    medians = [m if m is not None else 0.0 for _, m, _ in runs]
+    bars = ax.barh(rows, medians, height=0.6, color=colour)
+    for row, (label, median, _) in enumerate(runs):
+        if best_run_id is not None and label.startswith(best_run_id):
+            bars[row].set_edgecolor("#222")
+            bars[row].set_linewidth(1.5)
+        if median is None:
+            ax.text(0.005, row, "no measurements", va="center", fontsize=8, color="#444")
+    latest = [(row, v) for row, (_, _, v) in enumerate(runs) if v is not None]
+    handles: list[Artist] = [bars.patches[0]] if runs else []
+    labels = ["median MFU"]
+    if latest:
+        marks = ax.scatter([v for _, v in latest], [r for r, _ in latest], marker="D", color="#222", zorder=3)
+        handles.append(marks)
+        labels.append("latest MFU")
+    _short_axes(ax, False, False)
+    ax.set_yticks(rows, [label for label, _, _ in runs])
+    ax.invert_yaxis()
+    from matplotlib.ticker import PercentFormatter
+
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    ax.set_xlim(0.0, max([*medians, *(v for _, v in latest), 0.01]) * 1.15)
+    ax.set_xlabel("MFU")
+    ax.grid(True, axis="x", color=GRID)
+    set_title(fig, title)
+    add_legend(fig, handles, labels)
+    return finish(fig)
+
+
+def run_comparison_chart(
+    fmt: Format,
+    *,
+    runs: Sequence[tuple[str, float | None, float | None]],
+    title: str,
+    best_run_id: str | None = None,
+    size: str = "medium",
+) -> bytes | str:
+    return save(run_comparison_figure(runs=runs, title=title, best_run_id=best_run_id, size=size), fmt)
