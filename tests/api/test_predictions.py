@@ -196,11 +196,11 @@ def test_the_breakdown_as_an_svg_stacked_bar(client: TestClient) -> None:
     assert response.headers["vary"] == "Accept"
     root = ET.fromstring(response.text)
     assert root.tag == f"{SVG_NS}svg"
-    segments = [rect for rect in root.iter(f"{SVG_NS}rect") if rect.get("class") == "segment"]
-    nonzero = [item for item in json_body["breakdown"] if item["seconds"] > 0]
-    assert len(segments) == len(nonzero)
-    labels = [segment.findtext(f"{SVG_NS}title") or "" for segment in segments]
-    assert labels[0].startswith("ideal matmul") and any(lab.startswith("pipeline bubble") for lab in labels)
+    texts = ["".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")]
+    nonzero = [item["component"].replace("_", " ") for item in json_body["breakdown"] if item["seconds"] > 0]
+    legend = [text for text in texts if any(text.startswith(f"{name}: ") for name in nonzero)]
+    assert len(legend) == len(nonzero)  # one legend entry, with its seconds and share, per segment drawn
+    assert legend[0].startswith("ideal matmul") and any(t.startswith("pipeline bubble") for t in legend)
     assert "Llama 3 70B" in (root.findtext(f"{SVG_NS}title") or "")
 
 

@@ -995,7 +995,7 @@ def test_efficiency_is_a_chart_when_asked_for_one(store_client: StoreClient) -> 
     svg = store_client.client.get(url, headers={**store_client.reader, "Accept": "image/svg+xml"})
     assert svg.status_code == 200
     assert svg.headers["content-type"].startswith("image/svg+xml")
-    assert svg.text.startswith("<svg") and "MFU" in svg.text
+    assert "<svg" in svg.text and "MFU" in svg.text
     png = store_client.client.get(url, headers={**store_client.reader, "Accept": "image/png"})
     assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
     refused = store_client.client.get(url, headers={**store_client.reader, "Accept": "text/csv"})
