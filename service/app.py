@@ -22,7 +22,6 @@ from service.api.middleware import RequestContextMiddleware
 from service.api.openapi import build_openapi
 from service.api.ops import router as ops_router
 from service.api.routers import MATCH_ORDER, ROUTERS, TAGS
-from service.api.routers.goodput import router as goodput_router
 from service.api.services.ingest import MeasurementIngest
 from service.observability import LOGGER_NAME
 from service.settings import Settings, load_settings
@@ -110,7 +109,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(ops_router)
     for router in MATCH_ORDER:
         app.include_router(router, prefix="/v1")
-    app.include_router(goodput_router, prefix="/v1")
     install_docs(app)
     if settings.benchmark_routes:
         app.include_router(baseline_router)

@@ -56,6 +56,25 @@ class AcceleratorUsedRead(TypedDict, total=False):
     memory_bytes: Required[int | None]
 
 
+class AttemptRead(TypedDict, total=False):
+    """AttemptRead"""
+
+    attempt: Required[int]
+    run_id: Required[str | None]
+    seconds: Required[float]
+    failed: Required[bool]
+    failure_reason: Required[str | None]
+
+
+class BadputItem(TypedDict, total=False):
+    """BadputItem"""
+
+    kind: Required[Phase]
+    seconds: Required[float]
+    fraction: Required[float]
+    device_hours: Required[float]
+
+
 class BatchAdviceRead(TypedDict, total=False):
     """BatchAdviceRead"""
 
@@ -185,6 +204,17 @@ class CalibrationRead(TypedDict, total=False):
     note: str | None
 
 
+class CheckpointAdviceRead(TypedDict, total=False):
+    """CheckpointAdviceRead"""
+
+    interval_seconds: Required[float | None]
+    young_interval_seconds: Required[float | None]
+    current_interval_seconds: Required[float | None]
+    mtbf_seconds: Required[float | None]
+    save_seconds: Required[float | None]
+    note: Required[str]
+
+
 class ClusterIn(TypedDict, total=False):
     """The devices the job runs on: an accelerator (catalog id, device name, or ``custom``), how many,"""
 
@@ -291,6 +321,33 @@ class CustomAccelerator(TypedDict, total=False):
     tdp_watts: float | None
 
 
+class EventIn(TypedDict, total=False):
+    """One event of a run. Point events (``data_stall``, ``hang_detected``) carry the stall's length,"""
+
+    event_id: Required[str]
+    kind: Required[EventKind]
+    time: Required[str]
+    step: int | None
+    attempt: int | None
+    duration_seconds: float | None
+    reason: str | None
+
+
+class EventKind(TypedDict, total=False):
+    """EventKind"""
+
+    pass
+
+
+class EventsAdded(TypedDict, total=False):
+    """EventsAdded"""
+
+    run_id: Required[str]
+    received: Required[int]
+    stored: Required[int]
+    ignored_event_ids: Required[list[str]]
+
+
 class FleetGroup(TypedDict, total=False):
     """FleetGroup"""
 
@@ -354,6 +411,34 @@ class FlopsRequest(TypedDict, total=False):
     recompute: Literal["none", "selective", "full"]
     embedding_policy: Literal["all", "exclude_input", "exclude_all"] | None
     parameter_count: float | None
+
+
+class GoodputGain(TypedDict, total=False):
+    """GoodputGain"""
+
+    target_goodput: Required[float]
+    devices_worth: Required[float]
+
+
+class GoodputRead(TypedDict, total=False):
+    """GoodputRead"""
+
+    run_id: Required[str]
+    job_run_ids: Required[list[str]]
+    event_count: Required[int]
+    total_seconds: Required[float]
+    productive_seconds: Required[float]
+    goodput: Required[float | None]
+    mfu: Required[float | None]
+    effective_mfu: Required[float | None]
+    device_count: Required[int]
+    total_device_hours: Required[float]
+    badput: Required[list[BadputItem]]
+    attempts: Required[list[AttemptRead]]
+    timeline: Required[list[PhaseSpan]]
+    checkpoint: Required[CheckpointAdviceRead]
+    gains: Required[list[GoodputGain]]
+    warnings: Required[list[str]]
 
 
 class GradientAccumulationRead(TypedDict, total=False):
@@ -974,6 +1059,21 @@ class ParallelLayoutRead(TypedDict, total=False):
     zero_stage: Required[int]
     fsdp: Required[bool]
     recompute: Required[Literal["none", "selective", "full"]]
+
+
+class Phase(TypedDict, total=False):
+    """What an instant of allocated time was spent on."""
+
+    pass
+
+
+class PhaseSpan(TypedDict, total=False):
+    """PhaseSpan"""
+
+    attempt: Required[int | None]
+    start_seconds: Required[float]
+    end_seconds: Required[float]
+    phase: Required[Phase]
 
 
 class PlanCandidateRead(TypedDict, total=False):
@@ -1611,4 +1711,6 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "list_measurements": ("GET", "/v1/runs/{run_id}/measurements"),
     "get_run_efficiency": ("GET", "/v1/runs/{run_id}/efficiency"),
     "get_fleet_mfu_stats": ("GET", "/v1/stats/mfu"),
+    "add_events": ("POST", "/v1/runs/{run_id}/events"),
+    "get_goodput": ("GET", "/v1/runs/{run_id}/goodput"),
 }

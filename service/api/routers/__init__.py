@@ -8,6 +8,7 @@ from service.api.routers import (
     advice,
     estimates,
     flops,
+    goodput,
     hardware,
     memory,
     mfu,
@@ -34,6 +35,7 @@ ROUTERS: list[APIRouter] = [
     scaling.router,
     runs.router,
     stats.router,
+    goodput.router,
 ]
 
 #: The order the app tries them in. FastAPI matches a request against each included router in turn,
