@@ -1002,6 +1002,35 @@ def test_efficiency_is_a_chart_when_asked_for_one(store_client: StoreClient) -> 
     assert refused.status_code == 406
 
 
+def test_the_efficiency_chart_shows_mfu_in_percent_and_names_the_model_and_cluster(
+    store_client: StoreClient,
+) -> None:
+    run = store_client.create_run()
+    store_client.add(run["id"], [measurement(step, 400_000.0) for step in range(1, 30)])
+    url = f"/v1/runs/{run['id']}/efficiency"
+    median = store_client.client.get(url, headers=store_client.reader).json()["mfu"]["median"]
+    svg = store_client.client.get(url, headers={**store_client.reader, "Accept": "image/svg+xml"}).text
+    assert f"median {median:.1%}" in svg  # the fraction 0.4.. is read as percent on the chart
+    assert "llama3-8b" in svg and f"{DEVICES} ×" in svg
+
+
+def test_a_comparison_is_a_chart_when_asked_for_one(store_client: StoreClient) -> None:
+    a = store_client.create_run()
+    b = store_client.create_run(hardware={"accelerator": "h100-sxm", "count": 128})
+    store_client.add(a["id"], [measurement(s, 400_000.0) for s in (1, 2, 3)])
+    store_client.add(b["id"], [measurement(s, 700_000.0) for s in (1, 2, 3)])
+    body = {"run_ids": [a["id"], b["id"]]}
+    svg = store_client.client.post(
+        "/v1/runs/compare", json=body, headers={**store_client.reader, "Accept": "image/svg+xml"}
+    )
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert a["id"] in svg.text and b["id"] in svg.text
+    png = store_client.client.post(
+        "/v1/runs/compare", json=body, headers={**store_client.reader, "Accept": "image/png"}
+    )
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+
 # --------------------------------------------------------------------------------------------------
 # Compare
 

@@ -103,12 +103,35 @@ def _json(body: bytes, status: int, headers: dict[str, str] | None = None) -> Re
     summary="Compare 2-20 runs side by side",
     description="MFU (median, latest), achieved TFLOP/s and tokens/s per device, cost per billion tokens "
     "where a price is known, time to the token budget; `differing_fields` names the configuration fields "
-    "that differ across the runs. An id that is not the caller's tenant's answers 404 naming it.",
-    openapi_extra={"x-problems": ["404"]},
+    "that differ across the runs. An id that is not the caller's tenant's answers 404 naming it. "
+    "`Accept: image/svg+xml` or `image/png` answers a chart of the runs' median and latest MFU.",
+    responses=representations(SVG, PNG),
+    openapi_extra={"x-problems": ["404", "406"]},
 )
-def compare_runs(request_body: RunCompareRequest, reader: Reader) -> RunComparison:
+def compare_runs(
+    request_body: RunCompareRequest, request: Request, reader: Reader
+) -> RunComparison | Response:
+    media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
-        return comparison.compare_runs(uow.connection, principal=reader.principal, request=request_body)
+        compared = comparison.compare_runs(uow.connection, principal=reader.principal, request=request_body)
+    if media_type == JSON:
+        return compared
+    chart = plots.run_comparison_chart(
+        "svg" if media_type == SVG else "png",
+        runs=[
+            (
+                f"{run.run_id} · {run.model_name} · {run.device_count} × {run.accelerator_id}",
+                run.median_mfu,
+                run.latest_mfu,
+            )
+            for run in compared.runs
+        ],
+        title=f"MFU of {len(compared.runs)} runs compared",
+        best_run_id=compared.best_median_mfu_run_id,
+    )
+    return media_response(
+        chart, media_type, filename="runs-compared." + ("svg" if media_type == SVG else "png")
+    )
 
 
 @router.post(
@@ -313,13 +336,18 @@ def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEf
     if media_type == JSON:
         return view.answer
     answer = view.answer
-    hours = [point.hours for point in view.points]
-    series: list[plots.Series] = [("MFU", hours, [point.mfu for point in view.points])]
-    if hours and answer.mfu.median is not None:
-        series.append(("median", [hours[0], hours[-1]], [answer.mfu.median] * 2))
-    title = f"MFU of {answer.run_id}"
+    chart_format = "svg" if media_type == SVG else "png"
+    chart = plots.mfu_over_time_chart(
+        chart_format,
+        hours=[point.hours for point in view.points],
+        mfu=[point.mfu for point in view.points],
+        mfu_min=[point.mfu if point.mfu_min is None else point.mfu_min for point in view.points],
+        mfu_max=[point.mfu if point.mfu_max is None else point.mfu_max for point in view.points],
+        median=answer.mfu.median,
+        model=view.model_name,
+        cluster=view.cluster,
+        run_id=answer.run_id,
+    )
     if media_type == SVG:
-        chart = plots.line_chart_svg(title, "hours since the first measurement", "MFU", series)
         return media_response(chart, SVG, filename=f"{answer.run_id}-mfu.svg")
-    png = plots.line_chart_png(title, "hours since the first measurement", "MFU", series)
-    return media_response(png, PNG, filename=f"{answer.run_id}-mfu.png")
+    return media_response(chart, PNG, filename=f"{answer.run_id}-mfu.png")

@@ -84,6 +84,8 @@ def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) 
 class EfficiencyView:
     answer: RunEfficiency
     points: list[fleet.SeriesPoint]
+    model_name: str
+    cluster: str
 
 
 def run_efficiency(connection: Connection, *, principal: Principal, run_id: str) -> EfficiencyView:
@@ -165,4 +167,9 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
         prediction=(predicted := predicted_vs_measured(connection, run)).prediction,
         prediction_note=predicted.note,
     )
-    return EfficiencyView(answer=answer, points=series)
+    return EfficiencyView(
+        answer=answer,
+        points=series,
+        model_name=run.model_name,
+        cluster=f"{run.device_count} × {run.accelerator_name}",
+    )
