@@ -17,6 +17,7 @@ from service import __version__
 from service.api.baseline import router as baseline_router
 from service.api.deps import PrincipalCache
 from service.api.docs import install_docs
+from service.api.fleet_metrics import fleet_metrics_registry
 from service.api.handlers import install_handlers
 from service.api.middleware import RequestContextMiddleware
 from service.api.openapi import build_openapi
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     )
     app.state.settings = settings
     app.state.principal_cache = principal_cache = PrincipalCache()
+    app.state.fleet_metrics = fleet_metrics_registry(lambda: app.state.engine)
 
     def make_measurement_ingest() -> MeasurementIngest:
         return MeasurementIngest(

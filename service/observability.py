@@ -22,6 +22,10 @@ HTTP_LATENCY = Histogram(
     ["route", "method"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+MEASUREMENTS_INGESTED = Counter(
+    "teff_measurements_ingested",
+    "Measurements stored by this process (repeated steps, which are not stored again, not counted)",
+)
 INGEST_BATCH_REQUESTS = Histogram(
     "teff_ingest_batch_requests",
     "Measurement requests committed together in one group-commit transaction",

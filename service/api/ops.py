@@ -7,6 +7,7 @@ import os
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from service.api.problems import KINDS_BY_SLUG, NOT_FOUND, ProblemError
@@ -60,7 +61,7 @@ def readyz(request: Request) -> JSONResponse:
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
 )
-async def metrics() -> Response:
+async def metrics(request: Request) -> Response:
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         # Several uvicorn workers: aggregate every worker's samples.
         registry = CollectorRegistry()
@@ -68,6 +69,8 @@ async def metrics() -> Response:
         data = generate_latest(registry)
     else:
         data = generate_latest(REGISTRY)
+    # The fleet aggregates read the database (service.api.fleet_metrics): off the event loop.
+    data += await run_in_threadpool(generate_latest, request.app.state.fleet_metrics)
     return Response(data, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -64,12 +64,18 @@ def _measurements_body_schema() -> dict[str, Any]:
     """The ingest body for the contract: one MeasurementIn or a list of them (self-contained)."""
     schema = TypeAdapter(MeasurementItem).json_schema()
     item = _inline_refs(schema, schema.get("$defs", {}))
+    # Generators name an inline object by its title: two copies titled alike read as one model
+    # declared twice, and openapi-python-client then drops the whole operation. The batch's copy
+    # gets titles of its own.
+    batch_item = copy.deepcopy(item)
+    batch_item["title"] = "MeasurementInBatchItem"
+    batch_item["properties"]["throughput"]["title"] = "ThroughputItemBatchItem"
     return {
         "anyOf": [
             item,
             {
                 "type": "array",
-                "items": item,
+                "items": batch_item,
                 "minItems": 1,
                 "description": "up to max_measurements_per_request",
             },

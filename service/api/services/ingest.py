@@ -39,7 +39,7 @@ from service.api.services.runs import not_found, now_utc
 from service.domain import hardware, mfu
 from service.domain.errors import DomainError
 from service.domain.run import stored_accelerator
-from service.observability import observe_ingest_batch
+from service.observability import MEASUREMENTS_INGESTED, observe_ingest_batch
 from service.store import measurements as measurements_store
 from service.store import records as records_store
 from service.store import runs as store
@@ -322,6 +322,7 @@ class MeasurementIngest:
         except RunNotFound:
             self._runs.pop((principal.tenant, run_id), None)
             raise not_found(run_id) from None
+        MEASUREMENTS_INGESTED.inc(added.stored)
         return MeasurementsAdded(
             run_id=added.run.id,
             received=added.received,

@@ -1,0 +1,152 @@
+"""Fleet MFU in Prometheus: a collector of cross-tenant aggregates for ``/metrics``.
+
+What it exports (each scrape reads a snapshot at most ``ttl_seconds`` old, so a scrape costs at most
+two cheap queries, the fleet histogram and one aggregate over the runs' summary columns):
+
+- ``teff_fleet_run_mfu{accelerator, size_class, quantile}``: the 0.1, 0.5 and 0.9 quantiles of run
+  MFU (each run counted once, with the median of its measurements), read from the fleet histogram
+  exactly as ``GET /v1/stats/mfu`` reads it (``fleet.percentiles_from_histogram``);
+- ``teff_fleet_runs_counted{accelerator, size_class}``: the runs behind those quantiles;
+- ``teff_fleet_runs_running``: runs whose status is ``running``, all tenants together;
+- ``teff_fleet_measurements_stored``: measurements stored, all tenants together.
+
+Cardinality is bounded by the catalog: the fleet histogram holds catalog accelerators only (custom
+parts stay within their tenant), and size classes are the four of ``fleet.SIZE_CLASSES``. No label
+names a tenant or a run, and a group with fewer than ``fleet.MIN_FLEET_GROUP_RUNS`` runs is left
+out, the rule ``GET /v1/stats/mfu`` applies to callers of other tenants (an unauthenticated scrape
+must learn no less aggregated a figure than they do).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine
+
+from service.domain import fleet, hardware
+from service.store import fleet_activity as activity_store
+from service.store import histograms as histograms_store
+from service.store.uow import UnitOfWork
+
+#: Quantiles exported, as Prometheus summaries label them.
+EXPORTED_QUANTILES: tuple[float, ...] = (0.10, 0.50, 0.90)
+#: How old a snapshot may be: Prometheus scrapes every 15 s by default, so one query a scrape at most.
+DEFAULT_TTL_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGroupSnapshot:
+    accelerator: str
+    size_class: str
+    run_count: int
+    quantiles: dict[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    groups: tuple[FleetGroupSnapshot, ...]
+    running_runs: int
+    measurements_stored: int
+
+
+def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
+    """The fleet aggregates now (one read transaction)."""
+    with UnitOfWork(engine, write=False) as uow:
+        histograms = histograms_store.fleet_histograms(uow.connection)
+        activity = activity_store.fleet_activity(uow.connection)
+    groups = []
+    for (accelerator, size_class), histogram in sorted(histograms.items()):
+        run_count = sum(histogram.values())
+        # The catalog check keeps the label set bounded even if a stored row names a retired part.
+        if run_count < fleet.MIN_FLEET_GROUP_RUNS or accelerator not in hardware.ACCELERATORS:
+            continue
+        values = fleet.percentiles_from_histogram(histogram, EXPORTED_QUANTILES)
+        groups.append(
+            FleetGroupSnapshot(
+                accelerator=accelerator,
+                size_class=size_class,
+                run_count=run_count,
+                quantiles={q: v for q, v in values.items() if v is not None},
+            )
+        )
+    return FleetSnapshot(
+        groups=tuple(groups),
+        running_runs=activity.running_runs,
+        measurements_stored=activity.measurements_stored,
+    )
+
+
+class FleetMetricsCollector(Collector):
+    """A prometheus_client collector over :func:`read_fleet_snapshot`, cached ``ttl_seconds``."""
+
+    def __init__(
+        self,
+        read: Callable[[], FleetSnapshot],
+        *,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read = read
+        self._ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._lock = threading.Lock()  # concurrent scrapes share one query
+        self._snapshot: FleetSnapshot | None = None
+        self._read_at = 0.0
+
+    def snapshot(self) -> FleetSnapshot:
+        with self._lock:
+            now = self._clock()
+            if self._snapshot is None or now - self._read_at >= self._ttl_seconds:
+                self._snapshot = self._read()
+                self._read_at = now
+            return self._snapshot
+
+    def describe(self) -> Iterator[Metric]:
+        # Without describe(), registering would call collect() and query the database at start-up.
+        return iter(_families(None))
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(_families(self.snapshot()))
+
+
+def _families(snapshot: FleetSnapshot | None) -> list[Metric]:
+    labels = ["accelerator", "size_class"]
+    mfu = GaugeMetricFamily(
+        "teff_fleet_run_mfu",
+        "Quantiles of run MFU (a fraction; each run counts once, with its median) across tenants, "
+        "by catalog accelerator and model-size class; groups of fewer than "
+        f"{fleet.MIN_FLEET_GROUP_RUNS} runs are left out",
+        labels=[*labels, "quantile"],
+    )
+    counted = GaugeMetricFamily(
+        "teff_fleet_runs_counted",
+        "Runs with measurements behind teff_fleet_run_mfu, by accelerator and model-size class",
+        labels=labels,
+    )
+    running = GaugeMetricFamily("teff_fleet_runs_running", "Runs whose status is running, all tenants")
+    stored = GaugeMetricFamily("teff_fleet_measurements_stored", "Measurements stored, all tenants")
+    if snapshot is not None:
+        for group in snapshot.groups:
+            for q, value in group.quantiles.items():
+                mfu.add_metric([group.accelerator, group.size_class, f"{q:g}"], value)
+            counted.add_metric([group.accelerator, group.size_class], group.run_count)
+        running.add_metric([], snapshot.running_runs)
+        stored.add_metric([], snapshot.measurements_stored)
+    return [mfu, counted, running, stored]
+
+
+def fleet_metrics_registry(
+    engine: Callable[[], Engine], *, ttl_seconds: float = DEFAULT_TTL_SECONDS
+) -> CollectorRegistry:
+    """A registry of the fleet collector alone (one per app: it reads that app's database, which
+    the process-wide registry of the HTTP metrics knows nothing of). ``engine`` is asked at scrape
+    time: the app's engine is made in its lifespan, after the app is built."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetMetricsCollector(lambda: read_fleet_snapshot(engine()), ttl_seconds=ttl_seconds))
+    return registry
