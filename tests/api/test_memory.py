@@ -224,7 +224,7 @@ def test_pipeline_first_stage_holds_fewer_micro_batches_when_the_batch_is_small(
         ({"layout": {"sequence_parallel": True}}, "body.layout.sequence_parallel"),
         ({"layout": {"virtual_stages": 2}}, "body.layout.virtual_stages"),
         ({"layout": {"pp": 64}}, "body.layout.pp"),
-        ({"layout": {"pp": 4, "virtual_stages": 3}}, "body.layout.virtual_stages"),
+        ({"layout": {"pp": 4, "virtual_stages": 9}}, "body.layout.virtual_stages"),  # 8 layers a stage
         ({"layout": {"cp": 3}}, "body.layout.cp"),
         ({"layout": {"dp": 3, "ep": 2}}, "body.layout.ep"),
         ({"layout": {"dp": 2, "ep": 2}}, "body.layout.ep"),  # a dense model has no experts
@@ -241,6 +241,26 @@ def test_pipeline_first_stage_holds_fewer_micro_batches_when_the_batch_is_small(
         ),
         ({"seq_len_tokens": 0}, "body.seq_len_tokens"),
         ({"global_batch_sequences": 0}, "body.global_batch_sequences"),
+        # uneven pipelines: pinned stages need pp > 1 and must leave a layer for every middle stage
+        ({"layout": {"first_stage_layers": 4}}, "body.layout.first_stage_layers"),
+        (
+            {"layout": {"pp": 4, "first_stage_layers": 20, "last_stage_layers": 20}},
+            "body.layout.first_stage_layers",
+        ),
+        (
+            {"layout": {"pp": 2, "first_stage_layers": 10, "last_stage_layers": 10}},
+            "body.layout.first_stage_layers",
+        ),
+        ({"layout": {"pp": 2, "first_stage_layers": 0}}, "body.layout.first_stage_layers"),
+        (
+            {"layout": {"recompute": "full", "recompute_every_k_layers": 0}},
+            "body.layout.recompute_every_k_layers",
+        ),
+        ({"layout": {"recompute": "selective", "selective_policy": "some"}}, "body.layout.selective_policy"),
+        ({"layout": {"dp": 12, "zero_stage": 3, "shard_group_size": 8}}, "body.layout.shard_group_size"),
+        ({"layout": {"zero3_gather_unit": "tensor"}}, "body.layout.zero3_gather_unit"),
+        ({"layout": {"attention_kernel": "flash9"}}, "body.layout.attention_kernel"),
+        ({"layout": {"expert_load_imbalance": 0.5}}, "body.layout.expert_load_imbalance"),
     ],
 )
 def test_bad_inputs_are_422_problems_naming_the_field(
@@ -256,6 +276,58 @@ def test_bad_inputs_are_422_problems_naming_the_field(
     assert response.headers["content-type"] == "application/problem+json"
     fields = [error["field"] for error in response.json()["errors"]]
     assert any(f.startswith(field) for f in fields), fields
+
+
+# --------------------------------------------------------------------------------------------------
+# Uneven pipelines, hybrid sharding, checkpoint policies (issue 16)
+
+
+def test_pp_16_on_the_126_layers_of_llama_3_405b_is_accepted_with_the_fewer_layers_on_the_end_stages(
+    client: TestClient,
+) -> None:
+    """Llama 3 405B (126 layers) ran on 16 pipeline stages (Dubey et al. 2024 §3.3): 126 = 2·7 + 14·8."""
+    request: dict[str, Any] = {"model": {"preset": "llama3.1-405b"}, "seq_len_tokens": 8192,
+                               "global_batch_sequences": 2048}  # fmt: skip
+    layout = {"tp": 8, "pp": 16, "dp": 16, "distributed_optimizer": True}
+    default = post(client, **request, layout=layout)
+    assert default["layout"]["first_stage_layers"] is None
+    pinned = post(client, **request, layout={**layout, "first_stage_layers": 7, "last_stage_layers": 7})
+    assert pinned["layout"]["first_stage_layers"] == 7 and pinned["layout"]["last_stage_layers"] == 7
+    assert pinned["total_bytes"] == pytest.approx(default["total_bytes"], rel=1e-12)
+    # One more layer on the first stage (and one fewer on a middle one): its weights and in-flight
+    # activations grow by one layer's worth, the worst stage's total with them.
+    heavier = post(client, **request, layout={**layout, "first_stage_layers": 8, "last_stage_layers": 7})
+    assert heavier["parameters_on_device"] > default["parameters_on_device"]
+    assert heavier["total_bytes"] > default["total_bytes"]
+
+
+def test_hybrid_sharding_keeps_one_shard_per_group(client: TestClient) -> None:
+    """HSDP: ZeRO-3 over groups of 8 of the 64 ranks holds 16/8 bytes per parameter of model states
+    instead of 16/64 (Rajbhandari et al. 2020 §5 with d = the group size)."""
+    request: dict[str, Any] = {"model": {"preset": "llama3-8b"}, "seq_len_tokens": 4096}
+    full = post(client, **request, layout={"dp": 64, "zero_stage": 3})
+    hybrid = post(client, **request, layout={"dp": 64, "zero_stage": 3, "shard_group_size": 8})
+    assert hybrid["layout"]["shard_group_size"] == 8 and full["layout"]["shard_group_size"] is None
+    assert full["model_state_bytes_per_parameter"] == pytest.approx(16 / 64)
+    assert hybrid["model_state_bytes_per_parameter"] == pytest.approx(16 / 8)
+
+
+def test_checkpoint_policies_save_what_their_frameworks_say(client: TestClient) -> None:
+    """With FlashAttention the s×s core is never stored, so Korthikanti's attention-core recompute saves
+    nothing, while torchtitan's per-op policy (keep every other matmul output) does; checkpointing one
+    layer in k keeps the other layers' activations, between full recompute and none."""
+
+    def activations(**layout: Any) -> float:
+        body = post(client, model={"preset": "llama3-8b"}, seq_len_tokens=4096, layout={"dp": 8, **layout})
+        assert all(body["layout"][name] == value for name, value in layout.items())
+        return float(body["activations_bytes"])
+
+    none = activations()
+    assert activations(recompute="selective", selective_policy="attention_core") == pytest.approx(none)
+    assert activations(recompute="selective", selective_policy="per_op") < none
+    every_layer = activations(recompute="full")
+    every_second = activations(recompute="full", recompute_every_k_layers=2)
+    assert every_layer < every_second < none
 
 
 def test_every_request_example_in_the_openapi_answers_200(client: TestClient) -> None:

@@ -131,6 +131,13 @@ def test_when_nothing_fits_the_answer_says_why(client: TestClient) -> None:
             "body.constraints.max_micro_batch_sequences",
         ),
         ({"constraints": {"recompute_modes": []}}, "body.constraints.recompute_modes"),
+        ({"constraints": {"selective_policies": ["some"]}}, "body.constraints.selective_policies"),
+        ({"constraints": {"recompute_every_k_values": [0]}}, "body.constraints.recompute_every_k_values"),
+        ({"constraints": {"shard_group_sizes": [0]}}, "body.constraints.shard_group_sizes"),
+        (
+            {"constraints": {"pp_values": [1], "first_stage_layers": 10}},
+            "body.constraints.first_stage_layers",
+        ),
         ({"global_batch_sequences": None, "global_batch_tokens": 5000}, "body.global_batch_tokens"),
         ({"cluster": {"accelerator": "h100-sxm", "device_count": 0}}, "body.cluster.device_count"),
         (
@@ -166,6 +173,66 @@ def test_bad_inputs_are_422_problems_naming_the_field(
     assert response.headers["content-type"] == "application/problem+json"
     fields = [error["field"] for error in response.json()["errors"]]
     assert any(f == field or f.startswith((field + ".", field + "[")) for f in fields), fields
+
+
+# --------------------------------------------------------------------------------------------------
+# Uneven pipelines, hybrid sharding, checkpoint policies (issue 16)
+
+LLAMA3_405B = {
+    "model": {"preset": "llama3.1-405b"},
+    "seq_len_tokens": 8192,
+    "cluster": {"accelerator": "h100-sxm", "device_count": 2048},
+    "global_batch_sequences": 2048,
+}
+
+
+def test_llama_3_405b_pinned_to_its_published_tp_8_pp_16_is_planned(client: TestClient) -> None:
+    """Dubey et al. 2024 §3.3: tp 8, pp 16 for 126 layers (was refused: pp does not divide n_layers)."""
+    constraints = {"tp_values": [8], "pp_values": [16], "zero_stages": [1], "recompute_modes": ["full"],
+                   "max_micro_batch_sequences": 1, "max_virtual_stages": 1, "max_results": 5}  # fmt: skip
+    body = plan(client, **LLAMA3_405B, constraints=constraints)
+    assert body["candidates"], body["infeasible"]
+    for candidate in body["candidates"]:
+        assert (candidate["layout"]["tp"], candidate["layout"]["pp"]) == (8, 16)
+        assert "uneven-pp" in candidate["regimes"]
+        assert candidate["uncertainty_mfu_points"] > 0
+    # an explicit split is carried into every candidate
+    pinned = plan(client, **LLAMA3_405B,
+                  constraints={**constraints, "first_stage_layers": 6, "last_stage_layers": 6})  # fmt: skip
+    assert pinned["candidates"]
+    assert {
+        (c["layout"]["first_stage_layers"], c["layout"]["last_stage_layers"]) for c in pinned["candidates"]
+    } == {(6, 6)}
+
+
+def test_the_planner_may_choose_hybrid_sharding_and_checkpoint_policies(client: TestClient) -> None:
+    constraints = {"tp_values": [1], "pp_values": [1], "zero_stages": [3], "recompute_modes": ["selective", "full"],
+                   "selective_policies": ["attention_core", "per_op"], "recompute_every_k_values": [1, 2],
+                   "shard_group_sizes": [None, 8], "max_micro_batch_sequences": 2, "max_results": 200}  # fmt: skip
+    body = plan(client, model={"preset": "llama3-8b"}, seq_len_tokens=4096, global_batch_sequences=256,
+                cluster={"accelerator": "a100-sxm4-80gb", "device_count": 64,
+                         "inter_node_bandwidth_bytes_per_second": 25e9},
+                constraints=constraints)  # fmt: skip
+    layouts = [c["layout"] for c in body["candidates"]]
+    assert {lay["shard_group_size"] for lay in layouts} == {None, 8}
+    assert {lay["selective_policy"] for lay in layouts if lay["recompute"] == "selective"} == {
+        "attention_core",
+        "per_op",
+    }
+    assert {lay["recompute_every_k_layers"] for lay in layouts if lay["recompute"] == "full"} == {1, 2}
+    # every combination of the choices above (2 micro-batches x 2 groups x (2 policies + 2 intervals))
+    assert body["evaluated_count"] == 2 * 2 * 4
+    # the candidate's layout, posted back, predicts the same step
+    best = body["candidates"][0]
+    step = client.post(
+        "/v1/predictions/step",
+        json={"model": {"preset": "llama3-8b"}, "seq_len_tokens": 4096, "global_batch_sequences": 256,
+              "cluster": {"accelerator": "a100-sxm4-80gb", "device_count": 64,
+                          "inter_node_bandwidth_bytes_per_second": 25e9}, "layout": best["layout"]},
+    )  # fmt: skip
+    assert step.status_code == 200, step.text
+    assert step.json()["step_time_seconds"] == pytest.approx(best["step_time_seconds"], rel=1e-12)
+    assert step.json()["uncertainty_mfu_points"] == best["uncertainty_mfu_points"]
 
 
 def test_every_request_example_in_the_openapi_answers_200(client: TestClient) -> None:

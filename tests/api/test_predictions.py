@@ -262,6 +262,21 @@ def test_an_unsupported_accept_is_406(client: TestClient) -> None:
         ({"cluster": {"device_count": 1024}}, "body.cluster"),
         ({"calibration": {"matmul_efficiency_scale": 5}}, "body.calibration.matmul_efficiency_scale"),
         ({"convention": "chinchilla"}, "body.convention"),
+        # 80 layers: 40 + 40 on the end stages leave none for the 2 middle ones
+        (
+            {"layout": {"tp": 8, "pp": 4, "dp": 32, "first_stage_layers": 40, "last_stage_layers": 40}},
+            "body.layout.first_stage_layers",
+        ),
+        ({"layout": {"tp": 8, "dp": 128, "last_stage_layers": 10}}, "body.layout.last_stage_layers"),
+        (
+            {"layout": {"tp": 8, "pp": 4, "dp": 32, "zero_stage": 3, "shard_group_size": 24}},
+            "body.layout.shard_group_size",
+        ),
+        (
+            {"layout": {"tp": 8, "pp": 4, "dp": 32, "recompute": "full", "recompute_every_k_layers": 0}},
+            "body.layout.recompute_every_k_layers",
+        ),
+        ({"layout": {"tp": 8, "pp": 4, "dp": 32, "selective_policy": "all"}}, "body.layout.selective_policy"),
     ],
 )
 def test_bad_inputs_are_422_problems_naming_the_field(
@@ -279,6 +294,74 @@ def test_a_layout_that_does_not_multiply_to_the_cluster_says_what_it_multiplies_
 ) -> None:
     response = client.post(PATH, json=request(layout={"tp": 8, "pp": 4, "dp": 16}))
     assert "512" in response.json()["detail"] and "1024" in response.json()["detail"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Uneven pipelines, hybrid sharding, checkpoint policies; the stated uncertainty (issue 16)
+
+
+def llama3_405b(**layout: Any) -> dict[str, Any]:
+    """Llama 3 405B's published layout (Dubey et al. 2024 §3.3, Table 4: tp 8, pp 16, 8192 tokens),
+    on 2048 H100s (dp 16) with 2048 sequences per step."""
+    return {
+        "model": {"preset": "llama3.1-405b"},
+        "seq_len_tokens": 8192,
+        "cluster": {"accelerator": "h100-sxm", "device_count": 2048},
+        "global_batch_sequences": 2048,
+        "layout": {"tp": 8, "pp": 16, "dp": 16, "distributed_optimizer": True, "recompute": "full", **layout},
+    }
+
+
+def test_llama_3_405b_on_16_stages_is_predicted_as_an_uneven_pipeline(client: TestClient) -> None:
+    from service.domain.performance import REGIME_MAE_MFU_POINTS
+
+    response = client.post(PATH, json=llama3_405b())
+    assert response.status_code == 200, response.text  # was "pp does not divide n_layers"
+    body = response.json()
+    assert 0 < body["mfu"] < 1
+    assert "uneven-pp" in body["regimes"] and "hopper" in body["regimes"]
+    assert body["uncertainty_mfu_points"] == pytest.approx(
+        max(REGIME_MAE_MFU_POINTS[r] for r in body["regimes"])
+    )
+    # the default split is 7 layers on each end stage, 8 on the 14 middle ones: pinning it changes nothing
+    pinned = client.post(PATH, json=llama3_405b(first_stage_layers=7, last_stage_layers=7)).json()
+    assert pinned["step_time_seconds"] == pytest.approx(body["step_time_seconds"], rel=1e-12)
+    # interleaving with stages that do not divide evenly (7 = the fewest layers on a stage)
+    interleaved = client.post(PATH, json=llama3_405b(virtual_stages=7))
+    assert interleaved.status_code == 200, interleaved.text
+    assert interleaved.json()["bubble_fraction"] < body["bubble_fraction"]
+
+
+def test_an_explicit_split_that_loads_the_embedding_stage_is_slower(client: TestClient) -> None:
+    """9 layers on the first stage (which also embeds) and 7 on the last: the first stage is the
+    slowest and sets the pace, so the step is no faster than the default 7/8/7 split."""
+    default = client.post(PATH, json=llama3_405b()).json()
+    heavy = client.post(PATH, json=llama3_405b(first_stage_layers=9, last_stage_layers=7))
+    assert heavy.status_code == 200, heavy.text
+    answer = heavy.json()
+    assert answer["layout"]["first_stage_layers"] == 9
+    assert answer["step_time_seconds"] > default["step_time_seconds"]
+
+
+def test_hybrid_sharding_and_keeping_gathered_weights_are_predicted(client: TestClient) -> None:
+    """ZeRO-3 on 64 A100s over 25 GB/s links: sharding within the 8-GPU node (HSDP) holds 8 times the
+    model states of sharding over all 64; keeping the gathered layer for backward (reshard_after_forward
+    false) drops the backward all-gather, so less data-parallel traffic."""
+
+    def step(**layout: Any) -> dict[str, Any]:
+        response = client.post(PATH, json={**small_on_a100(64, zero_stage=3, **layout),
+                                           "global_batch_sequences": 512})  # fmt: skip
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    fsdp = step()
+    hsdp = step(shard_group_size=8)
+    kept = step(reshard_after_forward=False)
+    assert hsdp["layout"]["shard_group_size"] == 8 and kept["layout"]["reshard_after_forward"] is False
+    assert hsdp["memory"]["model_states_bytes"] > fsdp["memory"]["model_states_bytes"]
+    assert kept["data_parallel_comm_seconds"] < fsdp["data_parallel_comm_seconds"]
+    assert "fsdp-zero3" in fsdp["regimes"]
 
 
 def test_every_request_example_in_the_openapi_answers_200(client: TestClient) -> None:

@@ -528,6 +528,19 @@ class LayoutIn(TypedDict, total=False):
     overlap_tp_comm: bool
     overlap_dp_comm: bool
     overlap_pp_comm: bool
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    recompute_every_k_layers: int
+    selective_policy: Literal["attention_core", "per_op"]
+    reshard_after_forward: bool
+    regather_for_recompute: bool
+    zero3_gather_unit: Literal["layer", "module"]
+    shard_group_size: int | None
+    pooled_nic_collectives: bool
+    overlap_ep_comm: bool
+    expert_load_imbalance: float
+    attention_kernel: Literal["best", "flash2", "triton"]
+    fused_elementwise: bool
 
 
 class LayoutRead(TypedDict, total=False):
@@ -549,6 +562,19 @@ class LayoutRead(TypedDict, total=False):
     overlap_tp_comm: Required[bool]
     overlap_dp_comm: Required[bool]
     overlap_pp_comm: Required[bool]
+    first_stage_layers: Required[int | None]
+    last_stage_layers: Required[int | None]
+    recompute_every_k_layers: Required[int]
+    selective_policy: Required[Literal["attention_core", "per_op"]]
+    reshard_after_forward: Required[bool]
+    regather_for_recompute: Required[bool]
+    zero3_gather_unit: Required[Literal["layer", "module"]]
+    shard_group_size: Required[int | None]
+    pooled_nic_collectives: Required[bool]
+    overlap_ep_comm: Required[bool]
+    expert_load_imbalance: Required[float]
+    attention_kernel: Required[Literal["best", "flash2", "triton"]]
+    fused_elementwise: Required[bool]
 
 
 class LossFitRead(TypedDict, total=False):
@@ -735,7 +761,7 @@ class MemoryRead(TypedDict, total=False):
     fits: Required[bool | None]
     headroom_bytes: Required[float | None]
     max_micro_batch_sequences: Required[int | None]
-    stage: Required[Literal["only", "first", "last"]]
+    stage: Required[Literal["only", "first", "middle", "last"]]
     model: Required[str]
     seq_len_tokens: Required[int]
     precision: Required[Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]]
@@ -783,7 +809,7 @@ class MemorySummaryRead(TypedDict, total=False):
     fits: Required[bool | None]
     headroom_bytes: Required[float | None]
     max_micro_batch_sequences: Required[int | None]
-    stage: Required[Literal["only", "first", "last"]]
+    stage: Required[Literal["only", "first", "middle", "last"]]
 
 
 class MfuBatchItem(TypedDict, total=False):
@@ -1108,6 +1134,8 @@ class PlanCandidateRead(TypedDict, total=False):
         ]
     ]
     largest_loss_fraction: Required[float]
+    regimes: Required[list[str]]
+    uncertainty_mfu_points: Required[float | None]
 
 
 class PlanConstraintsIn(TypedDict, total=False):
@@ -1132,6 +1160,20 @@ class PlanConstraintsIn(TypedDict, total=False):
     overlap_dp_comm: bool
     overlap_pp_comm: bool
     max_results: int
+    recompute_every_k_values: list[int]
+    selective_policies: list[Literal["attention_core", "per_op"]]
+    virtual_stage_values: list[int] | None
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    shard_group_sizes: list[int | None]
+    reshard_after_forward: bool
+    regather_for_recompute: bool
+    zero3_gather_unit: Literal["layer", "module"]
+    pooled_nic_collectives: bool
+    overlap_ep_comm: bool
+    expert_load_imbalance: float
+    attention_kernel: Literal["best", "flash2", "triton"]
+    fused_elementwise: bool
 
 
 class PlanRead(TypedDict, total=False):
@@ -1580,6 +1622,8 @@ class StepPredictionRead(TypedDict, total=False):
     breakdown: Required[list[BreakdownItemRead]]
     mfu_gap: Required[MfuGapRead]
     reading: Required[str]
+    regimes: Required[list[str]]
+    uncertainty_mfu_points: Required[float | None]
     assumptions: Required[list[str]]
     warnings: Required[list[str]]
 

@@ -37,7 +37,14 @@ def planner_constraints(
 ) -> planner.PlannerConstraints:
     fields = {
         name: f"{field}.{name}"
-        for name in ("recompute_modes", "zero_stages", "max_virtual_stages", "max_results")
+        for name in (
+            "recompute_modes",
+            "zero_stages",
+            "max_virtual_stages",
+            "max_results",
+            "recompute_every_k_values",
+            "selective_policies",
+        )
     }
     fields.update({domain: f"{field}.{api}" for domain, api in CONSTRAINT_FIELDS.items()})
     return in_request(
@@ -61,6 +68,22 @@ def planner_constraints(
             overlap_dp_comm=given.overlap_dp_comm,
             overlap_pp_comm=given.overlap_pp_comm,
             max_results=given.max_results,
+            recompute_every_k_values=tuple(given.recompute_every_k_values),
+            selective_policies=tuple(given.selective_policies),
+            virtual_stage_values=None
+            if given.virtual_stage_values is None
+            else tuple(given.virtual_stage_values),
+            first_stage_layers=given.first_stage_layers,
+            last_stage_layers=given.last_stage_layers,
+            shard_group_sizes=tuple(given.shard_group_sizes),
+            reshard_after_forward=given.reshard_after_forward,
+            regather_for_recompute=given.regather_for_recompute,
+            overlap_ep_comm=given.overlap_ep_comm,
+            expert_load_imbalance=given.expert_load_imbalance,
+            attention_kernel=given.attention_kernel,
+            pooled_nic_collectives=given.pooled_nic_collectives,
+            fused_elementwise=given.fused_elementwise,
+            zero3_gather_unit=given.zero3_gather_unit,
         ),
         layout=None,
         fields=fields,
@@ -76,23 +99,40 @@ def search_size_bound(
     spec: ModelSpec, devices: int, devices_per_node: int, batch: int, given: PlanConstraintsIn
 ) -> int:
     """An upper bound on the layouts the search evaluates (a work estimate, not a feasibility rule):
-    tp sizes × pp sizes × micro-batch sizes × interleavings × ZeRO stages × recompute modes × cp × ep."""
+    tp sizes × pp sizes × the most interleavings of one pp × micro-batch sizes × ZeRO stages × shard groups × recompute
+    options (modes, selective policies, every-k intervals) × cp × ep."""
     tps = [
         t for t in _divisors(devices)
         if (given.tp_values is None or t in given.tp_values) and (given.max_tp is None or t <= given.max_tp)
         and (not given.tp_within_node or t <= devices_per_node)
     ]  # fmt: skip
+    # pp need not divide the layers (uneven stages), only the devices.
     pps = [
         p
-        for p in _divisors(math.gcd(spec.n_layers, devices))
-        if given.pp_values is None or p in given.pp_values
+        for p in _divisors(devices)
+        if p <= spec.n_layers and (given.pp_values is None or p in given.pp_values)
     ]
     low, high = given.min_micro_batch_sequences, given.max_micro_batch_sequences or batch
     micro_batches = sum(1 for b in _divisors(batch) if low <= b <= high)
-    interleavings = sum(1 for v in _divisors(spec.n_layers) if v <= given.max_virtual_stages)
+
+    def interleavings(p: int) -> int:
+        if p == 1:
+            return 1
+        if given.virtual_stage_values is not None:
+            return len(set(given.virtual_stage_values))
+        # v divides a stage's layers: floor or ceil of n_layers / p when the split is uneven.
+        stage_layers = {spec.n_layers // p, -(-spec.n_layers // p)}
+        return len({v for n in stage_layers for v in _divisors(n) if v <= given.max_virtual_stages})
+
+    modes = set(given.recompute_modes)
+    recompute_options = (
+        ("none" in modes)
+        + ("selective" in modes) * len(set(given.selective_policies))
+        + ("full" in modes) * len(set(given.recompute_every_k_values))
+    )
     return (
-        len(tps) * len(pps) * micro_batches * interleavings * len(set(given.zero_stages))
-        * len(set(given.recompute_modes)) * len(given.cp_values) * len(given.ep_values)
+        len(tps) * len(pps) * max(map(interleavings, pps), default=1) * micro_batches * len(set(given.zero_stages))
+        * len(given.shard_group_sizes) * recompute_options * len(given.cp_values) * len(given.ep_values)
     )  # fmt: skip
 
 
@@ -165,6 +205,8 @@ def candidate_read(rank: int, candidate: planner.PlanCandidate) -> PlanCandidate
         fits=prediction.memory.fits,
         largest_loss=loss,
         largest_loss_fraction=share,
+        regimes=list(prediction.regimes),
+        uncertainty_mfu_points=prediction.uncertainty_mfu_points,
     )
 
 

@@ -318,6 +318,8 @@ def step_prediction_read(
         breakdown=breakdown_items(prediction),
         mfu_gap=mfu_gap(prediction, convention),
         reading=prediction_reading(prediction),
+        regimes=list(prediction.regimes),
+        uncertainty_mfu_points=prediction.uncertainty_mfu_points,
         assumptions=assumptions,
         warnings=prediction_warnings(prediction, cluster.accelerator),
     )

@@ -26,9 +26,12 @@ router = APIRouter(tags=["plans"])
 )
 async def plan_parallelism(body: PlanRequest, request: Request) -> PlanRead:
     """Every layout of the cluster is enumerated: tp (dividing the heads; within a node unless
-    `constraints.tp_within_node` is false), pp (dividing the layers), cp and ep as allowed,
-    dp = devices/(tp·pp·cp), micro-batches dividing the per-replica batch, interleaving (v dividing the
-    layers per stage; micro-batches a multiple of pp), ZeRO stages and recompute modes. Each is checked
+    `constraints.tp_within_node` is false), pp (up to the layers; when pp does not divide them, or
+    `constraints.first_stage_layers`/`last_stage_layers` pin the end stages, the stages are uneven and the
+    slowest or fullest decides), cp and ep as allowed, dp = devices/(tp·pp·cp), micro-batches dividing the
+    per-replica batch, interleaving (v dividing the layers per stage; micro-batches a multiple of pp), ZeRO
+    stages with their hybrid-sharding groups (`shard_group_sizes`), and recompute modes with their policies
+    (`selective_policies`, `recompute_every_k_values`). Each is checked
     for memory and, when it fits, its step is predicted (as `POST /v1/predictions/step` would, under
     `convention`, default `palm`). Feasible layouts come back fastest first (`max_results`, default 20);
     the rest are counted by the reason they were dropped, with a few examples. A candidate's `layout` can

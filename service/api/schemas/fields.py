@@ -18,6 +18,13 @@ ZeroStageAlias = Literal["no_shard", "shard_grad_op", "full_shard"]
 #: PyTorch FSDP ShardingStrategy names → ZeRO stage.
 ZERO_ALIASES: dict[str, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}
 
+#: The domain's layout options (service.domain.memory: SELECTIVE_POLICIES, GATHER_UNITS, ATTENTION_KERNELS).
+SelectivePolicyName = Literal["attention_core", "per_op"]
+GatherUnitName = Literal["layer", "module"]
+AttentionKernelName = Literal["best", "flash2", "triton"]
+#: Busiest expert's tokens over the mean, the range service.domain.memory.validate_layout accepts.
+ExpertLoadImbalance = Annotated[float, Field(ge=1.0, le=16.0)]
+
 ParallelSize = Annotated[int, Field(ge=1, le=65_536)]
 DataParallelSize = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
 MicroBatch = Annotated[int, Field(ge=1, le=1_048_576)]

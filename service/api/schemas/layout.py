@@ -19,7 +19,17 @@ from service.api.schemas.common import (
     ApiModel,
     RecomputeName,
 )
-from service.api.schemas.fields import DataParallelSize, MicroBatch, ParallelSize, ZeroStage, ZeroStageAlias
+from service.api.schemas.fields import (
+    AttentionKernelName,
+    DataParallelSize,
+    ExpertLoadImbalance,
+    GatherUnitName,
+    MicroBatch,
+    ParallelSize,
+    SelectivePolicyName,
+    ZeroStage,
+    ZeroStageAlias,
+)
 from service.api.schemas.schedules import field_error
 
 
@@ -32,6 +42,14 @@ class LayoutIn(ApiModel):
     ``full_shard``); the FSDP names are accepted as aliases and answered as the stage number.
     ``distributed_optimizer`` is Megatron-LM's ``--use-distributed-optimizer``: ZeRO-1 with fp32 gradient
     accumulation (6 + 12/d bytes per parameter).
+
+    Uneven pipelines: ``first_stage_layers`` / ``last_stage_layers`` pin the transformer layers on the first
+    and last stage (Megatron-LM ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``);
+    the rest spread over the middle stages, and the slowest or fullest stage decides. Left unset, pp need not
+    divide the layers: the remainder goes to the middle stages (Llama 3 405B: 126 layers on 16 stages).
+    Checkpointing: ``recompute_every_k_layers`` with full recompute, ``selective_policy`` with selective.
+    ZeRO-3 / FSDP: ``reshard_after_forward``, ``regather_for_recompute``, ``zero3_gather_unit``, and hybrid
+    sharding (HSDP) with ``shard_group_size``.
     """
 
     model_config = ConfigDict(
@@ -84,6 +102,97 @@ class LayoutIn(ApiModel):
         default=True, description="gradient reduce / parameter gather overlapped with compute"
     )
     overlap_pp_comm: bool = Field(default=True, description="pipeline sends on their own stream")
+    first_stage_layers: ParallelSize | None = Field(
+        default=None,
+        description="transformer layers on the first pipeline stage (Megatron-LM "
+        "--decoder-first-pipeline-num-layers; needs pp > 1); default: an even split, the remainder of "
+        "n_layers / pp on the middle stages. The first stage also holds the embedding",
+    )
+    last_stage_layers: ParallelSize | None = Field(
+        default=None,
+        description="transformer layers on the last pipeline stage (Megatron-LM "
+        "--decoder-last-pipeline-num-layers; needs pp > 1); the last stage also holds the logits. "
+        "first + last must leave at least one layer per middle stage",
+    )
+    recompute_every_k_layers: ParallelSize = Field(
+        default=1,
+        description="with recompute full: checkpoint one transformer layer in k, the others keep their "
+        "activations (torchtitan activation_checkpoint selective_ac_option = k); 1 = every layer",
+    )
+    selective_policy: SelectivePolicyName = Field(
+        default="attention_core",
+        description="with recompute selective: attention_core (Korthikanti et al. 2022: recompute the "
+        "softmax/dropout core, which saves nothing once FlashAttention is on) or per_op (torchtitan per-op "
+        "selective checkpointing: keep every other matmul output and the attention output, recompute the rest)",
+    )
+    reshard_after_forward: bool = Field(
+        default=True,
+        description="ZeRO-3: free the gathered weights of a layer after its forward and gather them again "
+        "in backward (PyTorch FSDP reshard_after_forward); false keeps them for backward (FSDP2 "
+        "reshard_after_forward=False, ZeRO++ style): less communication, more memory",
+    )
+    regather_for_recompute: bool = Field(
+        default=False,
+        description="ZeRO-3: a checkpointed layer's weights are gathered again for its recomputation "
+        "(DeepSpeed ZeRO-3 does; FSDP reuses the backward gather)",
+    )
+    zero3_gather_unit: GatherUnitName = Field(
+        default="layer",
+        description="ZeRO-3 gathers a whole transformer layer at a time (layer: FSDP wrapping each block) or "
+        "one weight matrix (module: DeepSpeed's per-submodule fetch, its estimator's largest-layer buffer)",
+    )
+    shard_group_size: DataParallelSize | None = Field(
+        default=None,
+        description="hybrid sharding (PyTorch HSDP / FSDP HYBRID_SHARD, DeepSpeed ZeRO++ hpZ): ZeRO shards "
+        "over groups of this many data-parallel ranks (usually the devices of a node) and replicates across "
+        "them; must divide dp·cp; default: shard over all of dp·cp",
+    )
+    pooled_nic_collectives: bool = Field(
+        default=True,
+        description="a data-parallel ring pools the NICs of its ranks on a node (NCCL rail-aligned rings); "
+        "false: each rank's share crosses its own NIC (DeepSpeed ZeRO-3 as measured in 2021)",
+    )
+    overlap_ep_comm: bool = Field(
+        default=False,
+        description="MoE: the expert all-to-all runs behind the other micro-batch's compute (DeepSeek-V3 "
+        "DualPipe-style overlap)",
+    )
+    expert_load_imbalance: ExpertLoadImbalance = Field(
+        default=1.0,
+        description="MoE: the busiest expert's tokens over the mean (1 = perfectly balanced routing; the "
+        "capacity factor bounds it)",
+    )
+    attention_kernel: AttentionKernelName = Field(
+        default="best",
+        description="fused attention kernel: best (the family's fastest: FlashAttention-2 on Ampere, cuDNN / "
+        "FlashAttention-3 on Hopper and later), flash2 (FlashAttention-2, PyTorch SDPA's flash backend) or "
+        "triton (Triton's fused attention)",
+    )
+    fused_elementwise: bool = Field(
+        default=True,
+        description="norms, activations and RoPE run as fused kernels (torch.compile, Transformer Engine); "
+        "false: eager PyTorch kernels (about three times the element-wise memory traffic)",
+    )
+
+    @model_validator(mode="after")
+    def _stage_layers_need_pipeline(self) -> LayoutIn:
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, name) is not None and self.pp == 1:
+                raise field_error(
+                    name, f"{name} needs pipeline parallelism: set pp > 1 or leave {name} unset"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _shard_group_divides_dp(self) -> LayoutIn:
+        ranks = self.dp * self.cp
+        if self.shard_group_size is not None and ranks % self.shard_group_size:
+            raise field_error(
+                "shard_group_size",
+                f"shard_group_size ({self.shard_group_size}) must divide dp·cp ({ranks}): hybrid sharding "
+                "shards within groups of that many data-parallel ranks and replicates across them",
+            )
+        return self
 
     @model_validator(mode="after")
     def _distributed_optimizer_is_zero_1(self) -> LayoutIn:
@@ -117,3 +226,20 @@ class LayoutRead(ApiModel):
     overlap_tp_comm: bool
     overlap_dp_comm: bool
     overlap_pp_comm: bool
+    first_stage_layers: int | None = Field(
+        description="layers pinned on the first stage; null: the default split (even, the remainder on the middle stages)"
+    )
+    last_stage_layers: int | None = Field(
+        description="layers pinned on the last stage; null: the default split"
+    )
+    recompute_every_k_layers: int
+    selective_policy: SelectivePolicyName
+    reshard_after_forward: bool
+    regather_for_recompute: bool
+    zero3_gather_unit: GatherUnitName
+    shard_group_size: int | None = Field(description="hybrid-sharding group; null: shard over all of dp·cp")
+    pooled_nic_collectives: bool
+    overlap_ep_comm: bool
+    expert_load_imbalance: float
+    attention_kernel: AttentionKernelName
+    fused_elementwise: bool

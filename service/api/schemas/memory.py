@@ -123,9 +123,10 @@ class MemorySummaryRead(ApiModel):
     max_micro_batch_sequences: int | None = Field(
         description="largest micro-batch that fits with everything else unchanged (0: not even one sequence)"
     )
-    stage: Literal["only", "first", "last"] = Field(
-        description="the stage reported: only (pp = 1), first (embedding and 1F1B in-flight activations) or "
-        "last (output layer and logits), whichever needs more"
+    stage: Literal["only", "first", "middle", "last"] = Field(
+        description="the stage reported: only (pp = 1), first (embedding and 1F1B in-flight activations), "
+        "middle (the fullest middle stage: an uneven split puts more layers there) or last (output layer and "
+        "logits), whichever needs more"
     )
 
 

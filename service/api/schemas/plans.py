@@ -24,14 +24,23 @@ from service.api.schemas.fields import (
     DROPOUT_FIELD,
     OPTIMIZER_FIELD,
     PRECISION_FIELD,
+    AttentionKernelName,
     DataParallelSize,
+    ExpertLoadImbalance,
+    GatherUnitName,
     MicroBatch,
     OptimizerName,
     ParallelSize,
+    SelectivePolicyName,
     ZeroStage,
 )
 from service.api.schemas.layout import LayoutRead
-from service.api.schemas.predictions import BatchFields, BreakdownComponentName
+from service.api.schemas.predictions import (
+    REGIMES_FIELD,
+    UNCERTAINTY_FIELD,
+    BatchFields,
+    BreakdownComponentName,
+)
 from service.api.schemas.schedules import field_error
 
 
@@ -63,6 +72,68 @@ class PlanConstraintsIn(ApiModel):
     overlap_dp_comm: bool = True
     overlap_pp_comm: bool = True
     max_results: Annotated[int, Field(ge=1, le=200)] = Field(default=20, description="candidates returned")
+    recompute_every_k_values: list[ParallelSize] = Field(
+        default=[1],
+        min_length=1,
+        max_length=16,
+        description="with recompute full: the checkpoint intervals to try (k = one layer in k checkpointed, "
+        "torchtitan selective_ac_option; layout.recompute_every_k_layers); [1] = every layer",
+    )
+    selective_policies: list[SelectivePolicyName] = Field(
+        default=["attention_core"],
+        min_length=1,
+        max_length=2,
+        description="with recompute selective: attention_core (Korthikanti et al. 2022) and/or per_op "
+        "(torchtitan per-op selective checkpointing); layout.selective_policy",
+    )
+    virtual_stage_values: list[ParallelSize] | None = Field(
+        default=None,
+        max_length=64,
+        description="pin the interleaving (Megatron's v) to these; default: every v up to max_virtual_stages "
+        "that divides the layers of a stage",
+    )
+    first_stage_layers: ParallelSize | None = Field(
+        default=None,
+        description="pin the layers of the first pipeline stage for every pp > 1 (Megatron-LM "
+        "--decoder-first-pipeline-num-layers); default: an even split, the remainder on the middle stages",
+    )
+    last_stage_layers: ParallelSize | None = Field(
+        default=None,
+        description="pin the layers of the last pipeline stage for every pp > 1 (Megatron-LM "
+        "--decoder-last-pipeline-num-layers)",
+    )
+    shard_group_sizes: list[DataParallelSize | None] = Field(
+        default=[None],
+        min_length=1,
+        max_length=16,
+        description="hybrid sharding (HSDP) group sizes to try with ZeRO ≥ 1; null = shard over all of dp·cp. "
+        "A size is tried only where it divides dp·cp and is smaller than it (e.g. [null, 8]: full sharding "
+        "and sharding within 8-GPU nodes)",
+    )
+    reshard_after_forward: bool = Field(
+        default=True, description="ZeRO-3: gather weights again in backward (FSDP reshard_after_forward)"
+    )
+    regather_for_recompute: bool = Field(
+        default=False, description="ZeRO-3: gather again for recomputation (DeepSpeed ZeRO-3)"
+    )
+    zero3_gather_unit: GatherUnitName = Field(
+        default="layer", description="ZeRO-3 gathers per layer (FSDP) or per module (DeepSpeed)"
+    )
+    pooled_nic_collectives: bool = Field(
+        default=True, description="data-parallel rings pool a node's NICs (NCCL rail-aligned rings)"
+    )
+    overlap_ep_comm: bool = Field(
+        default=False, description="MoE all-to-all behind the other micro-batch's compute (DualPipe-style)"
+    )
+    expert_load_imbalance: ExpertLoadImbalance = Field(
+        default=1.0, description="MoE: the busiest expert's tokens over the mean"
+    )
+    attention_kernel: AttentionKernelName = Field(
+        default="best", description="fused attention kernel: best, flash2 or triton (as in layout)"
+    )
+    fused_elementwise: bool = Field(
+        default=True, description="fused norm/activation/RoPE kernels; false: eager PyTorch"
+    )
 
     @model_validator(mode="after")
     def _micro_batch_range(self) -> PlanConstraintsIn:
@@ -72,6 +143,17 @@ class PlanConstraintsIn(ApiModel):
         ):
             raise field_error(
                 "max_micro_batch_sequences", "max_micro_batch_sequences must be ≥ min_micro_batch_sequences"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stage_layers_need_pipeline(self) -> PlanConstraintsIn:
+        pinned = self.first_stage_layers is not None or self.last_stage_layers is not None
+        if pinned and self.pp_values is not None and all(p == 1 for p in self.pp_values):
+            raise field_error(
+                "first_stage_layers",
+                "first_stage_layers/last_stage_layers need pipeline parallelism: allow pp > 1 in pp_values or "
+                "leave them unset",
             )
         return self
 
@@ -128,6 +210,8 @@ class PlanCandidateRead(ApiModel):
     fits: bool | None
     largest_loss: BreakdownComponentName = Field(description="the breakdown component that costs most time")
     largest_loss_fraction: float
+    regimes: list[str] = REGIMES_FIELD
+    uncertainty_mfu_points: float | None = UNCERTAINTY_FIELD
 
 
 class InfeasibleGroupRead(ApiModel):

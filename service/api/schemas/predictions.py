@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -47,6 +47,19 @@ BreakdownComponentName = Literal[
     "optimizer_step",
     "kernel_overhead",
 ]
+
+#: The regimes are the keys of service.domain.performance.REGIME_MAE_MFU_POINTS (a plain string, so a
+#: regime the validation table gains later is answered, not refused).
+REGIMES_FIELD: Any = Field(
+    description="the regimes of the validation table (benchmarks/validate_predictions.py, published runs) "
+    "this prediction falls in: all (every prediction), a100 / hopper / blackwell, fp8, fsdp-zero3, "
+    "zero3-fixed-global-batch, long-context, megatron-tp-pp, moe-ep, uneven-pp"
+)
+UNCERTAINTY_FIELD: Any = Field(
+    description="stated uncertainty band in MFU percentage points (2.4 = ±2.4 points, i.e. ±0.024 of mfu): "
+    "the largest mean absolute MFU error among this prediction's regimes on the published runs; null when "
+    "not known"
+)
 
 
 class BatchFields(ApiModel):
@@ -201,5 +214,7 @@ class StepPredictionRead(ApiModel):
     )
     mfu_gap: MfuGapRead
     reading: str = Field(description="the largest loss, in one line")
+    regimes: list[str] = REGIMES_FIELD
+    uncertainty_mfu_points: float | None = UNCERTAINTY_FIELD
     assumptions: list[str]
     warnings: list[str]
