@@ -335,6 +335,18 @@ class AsyncClient:
         """``GET /v1/runs/{run_id}/efficiency`` as a chart."""
         return (await self.request("GET", f"/v1/runs/{run_id}/efficiency", accept=media_type)).content
 
+    async def add_events(
+        self,
+        run_id: str,
+        events: models.EventIn | Mapping[str, Any] | Sequence[models.EventIn | Mapping[str, Any]],
+    ) -> models.EventsAdded:
+        """``POST /v1/runs/{run_id}/events``: lifecycle events, one or many (idempotent by ``event_id``)."""
+        return cast(models.EventsAdded, await self._json("POST", f"/v1/runs/{run_id}/events", json=events))
+
+    async def get_goodput(self, run_id: str) -> models.GoodputRead:
+        """``GET /v1/runs/{run_id}/goodput``: productive time over allocated time, badput by kind."""
+        return cast(models.GoodputRead, await self._json("GET", f"/v1/runs/{run_id}/goodput"))
+
     async def compare_runs(self, body: models.RunCompareRequest | Mapping[str, Any]) -> models.RunComparison:
         """``POST /v1/runs/compare``."""
         return cast(models.RunComparison, await self._json("POST", "/v1/runs/compare", json=body))

@@ -707,6 +707,20 @@ class MeasurementIn(TypedDict, total=False):
     batch_big_tokens: int | None
 
 
+class MeasurementInBatchItem(TypedDict, total=False):
+    """One measurement. A (run, step) is stored once: a repeated step is ignored (first write wins)."""
+
+    step: Required[int]
+    time: str | None
+    throughput: Required[ThroughputItemBatchItem]
+    loss: float | None
+    memory_bytes: int | None
+    grad_norm_sq_small: float | None
+    grad_norm_sq_big: float | None
+    batch_small_tokens: int | None
+    batch_big_tokens: int | None
+
+
 class MeasurementPage(TypedDict, total=False):
     """MeasurementPage"""
 
@@ -1656,6 +1670,17 @@ class ThroughputIn(TypedDict, total=False):
 
 
 class ThroughputItem(TypedDict, total=False):
+    """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),"""
+
+    tokens_per_second: float | None
+    tokens_per_second_per_device: float | None
+    step_time_seconds: float | None
+    global_batch_tokens: int | None
+    global_batch_sequences: int | None
+    sequences_per_second: float | None
+
+
+class ThroughputItemBatchItem(TypedDict, total=False):
     """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),"""
 
     tokens_per_second: float | None

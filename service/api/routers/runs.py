@@ -342,9 +342,8 @@ def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEf
     if media_type == JSON:
         return view.answer
     answer = view.answer
-    chart_format = "svg" if media_type == SVG else "png"
     chart = plots.mfu_over_time_chart(
-        chart_format,
+        "svg" if media_type == SVG else "png",
         hours=[point.hours for point in view.points],
         mfu=[point.mfu for point in view.points],
         mfu_min=[point.mfu if point.mfu_min is None else point.mfu_min for point in view.points],

@@ -30,7 +30,7 @@ def scheduler_facts(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     ``TEFF_CLUSTER`` / ``TEFF_SCHEDULER_JOB_ID`` / ``TEFF_ATTEMPT`` win; then Slurm's
     ``SLURM_CLUSTER_NAME``, ``SLURM_JOB_ID`` (the array job and task for array jobs) and
     ``SLURM_RESTART_COUNT`` (sbatch(1), OUTPUT ENVIRONMENT VARIABLES); then the Kubernetes variables
-    the Downward API example in deploy/k8s/training-job-example.yaml sets
+    the Downward API example in deploy/k8s/examples/training-job-example.yaml sets
     (``TEFF_K8S_JOB_NAME``, ``TEFF_K8S_NAMESPACE``).
     """
     env = os.environ if environ is None else environ
