@@ -33,7 +33,7 @@ Fitted constants (fitted once on all 25 rows together with ``--fit``, then writt
 the matmul-efficiency scales of the Ampere and Hopper families
 (``hardware_behaviour.AMPERE_MATMUL_SCALE``, ``HOPPER_MATMUL_SCALE``) and one overlap fraction used for
 data-parallel, tensor-parallel and pipeline communication when overlapped
-(``performance.DP_OVERLAP_FRACTION``/``TP_OVERLAP_FRACTION``/``PP_OVERLAP_FRACTION``). Everything else
+(``step_model.DP_OVERLAP_FRACTION``/``TP_OVERLAP_FRACTION``/``PP_OVERLAP_FRACTION``). Everything else
 (curve shapes, link efficiencies, attention efficiencies, memory constants) comes from the sources named
 in the code and was not tuned to these rows.
 """
@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from service.domain import hardware_behaviour, performance  # noqa: E402
+from service.domain import hardware_behaviour, performance, step_model  # noqa: E402
 from service.domain.errors import DomainError  # noqa: E402
 from service.domain.flops import Convention, Recompute, flops_per_token, narayanan_step_flops  # noqa: E402
 from service.domain.hardware import get_accelerator, peak_flops  # noqa: E402
@@ -420,9 +420,9 @@ def _set_constants(ampere: float, hopper: float, overlap: float) -> None:
         hardware_behaviour.FAMILIES[name] = type(fam)(
             **{**{f: getattr(fam, f) for f in fam.__dataclass_fields__}, "matmul_scale": base}
         )
-    performance.DP_OVERLAP_FRACTION = overlap
-    performance.TP_OVERLAP_FRACTION = overlap
-    performance.PP_OVERLAP_FRACTION = overlap
+    step_model.DP_OVERLAP_FRACTION = overlap
+    step_model.TP_OVERLAP_FRACTION = overlap
+    step_model.PP_OVERLAP_FRACTION = overlap
     performance._layer_costs.cache_clear()
 
 

@@ -58,22 +58,65 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
 
-from service.domain.errors import InvalidInput
-from service.domain.flops import RECOMPUTE_MODES, Recompute
-from service.domain.hardware import PRECISIONS, Accelerator, Precision
+from service.domain.hardware import Accelerator, Precision
+from service.domain.memory_states import (
+    FP32_BYTES,
+    OPTIMIZER_NAMES,
+    OPTIMIZERS,
+    Optimizer,
+    OptimizerStateBytes,
+    activation_element_bytes,
+    model_state_bytes_per_parameter,
+    optimizer_state_bytes,
+)
 from service.domain.models import ModelSpec, layer_parameters
+from service.domain.parallel_layout import (
+    ATTENTION_KERNELS,
+    GATHER_UNITS,
+    SELECTIVE_POLICIES,
+    ZERO_STAGES,
+    AttentionKernel,
+    GatherUnit,
+    ParallelLayout,
+    SelectivePolicy,
+    _positive_int,
+    check_layout_for_model,
+    stage_layer_counts,
+    validate_layout,
+)
 
-Optimizer = Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafactor", "adam_8bit"]
-OPTIMIZER_NAMES: tuple[str, ...] = get_args(Optimizer)
-ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-SelectivePolicy = Literal["attention_core", "per_op"]
-AttentionKernel = Literal["best", "flash2", "triton"]
-ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
-GatherUnit = Literal["layer", "module"]
-GATHER_UNITS: tuple[str, ...] = get_args(GatherUnit)
-SELECTIVE_POLICIES: tuple[str, ...] = get_args(SelectivePolicy)
+__all__ = [
+    "ATTENTION_KERNELS",
+    "FP32_BYTES",
+    "GATHER_UNITS",
+    "OPTIMIZERS",
+    "OPTIMIZER_NAMES",
+    "SELECTIVE_POLICIES",
+    "ZERO_STAGES",
+    "ActivationCoefficients",
+    "AttentionKernel",
+    "GatherUnit",
+    "MemoryEstimate",
+    "Optimizer",
+    "OptimizerStateBytes",
+    "ParallelLayout",
+    "SelectivePolicy",
+    "StageParameters",
+    "activation_coefficients",
+    "activation_element_bytes",
+    "check_layout_for_model",
+    "estimate_memory",
+    "interleave_factor",
+    "largest_module_parameters",
+    "layer_activation_bytes_per_token",
+    "max_micro_batch",
+    "model_state_bytes_per_parameter",
+    "optimizer_state_bytes",
+    "stage_layer_counts",
+    "stage_parameters",
+    "validate_layout",
+]
 
 GIB = 2**30
 
@@ -93,352 +136,13 @@ DROPOUT_MASK_BYTES = 1
 #: Bytes of one FP8 element (E4M3 / E5M2).
 FP8_BYTES = 1
 
-#: Bytes of one fp32 element (logits for the cross-entropy, FlashAttention's log-sum-exp).
-FP32_BYTES = 4
-
 #: ZeRO-3 / FSDP keeps the current layer's gathered weights and prefetches the next one (FSDP
 #: ``forward_prefetch``/``backward_prefetch``; DeepSpeed ``stage3_prefetch_bucket_size``).
 ZERO3_GATHERED_LAYERS = 2
 
 
-@dataclass(frozen=True, slots=True)
-class OptimizerStateBytes:
-    """Bytes per parameter of one optimizer, before sharding."""
-
-    name: str
-    weight_bytes: float
-    gradient_bytes: float
-    optimizer_bytes: float
-    source: str
-
-    @property
-    def total_bytes(self) -> float:
-        return self.weight_bytes + self.gradient_bytes + self.optimizer_bytes
-
-
-_ZERO_SRC = "Rajbhandari et al. 2020 (ZeRO, arXiv 1910.02054) §3.1"
-
-#: Bytes per parameter with 16-bit (mixed-precision) weights: 2-byte weights and gradients and an fp32
-#: master copy (4) counted in the optimizer state.
-OPTIMIZERS: dict[str, OptimizerStateBytes] = {
-    "adam_mixed": OptimizerStateBytes(
-        "adam_mixed", 2, 2, 12, f"{_ZERO_SRC}: fp32 master 4 + m 4 + v 4 = 12, 16 bytes in all"
-    ),
-    "adam_fp32": OptimizerStateBytes(
-        "adam_fp32", 4, 4, 8, f"{_ZERO_SRC}: fp32 weights 4 + gradients 4 + m, v 8 = 16 (no master copy)"
-    ),
-    "sgd_momentum": OptimizerStateBytes(
-        "sgd_momentum",
-        2,
-        2,
-        8,
-        "SGD with momentum (PyTorch torch.optim.SGD): fp32 master 4 + momentum 4; fp32 training: 4+4+4",
-    ),
-    "adafactor": OptimizerStateBytes(
-        "adafactor",
-        2,
-        2,
-        4,
-        "Shazeer & Stern 2018 (arXiv 1804.04235): factored second moment O(rows + cols) ≈ 0 per "
-        "parameter, no first moment (β1 = 0); fp32 master 4. Approximate",
-    ),
-    "adam_8bit": OptimizerStateBytes(
-        "adam_8bit",
-        2,
-        2,
-        6,
-        "Dettmers et al. 2022 (8-bit optimizers, arXiv 2110.02861): m and v in 8 bits (1 + 1) with "
-        "block-wise fp32 scales (8/2048 bytes, neglected) + fp32 master 4",
-    ),
-}
-
-#: The fp32-training variants (no master copy; gradients in fp32).
-_FP32_VARIANTS: dict[str, OptimizerStateBytes] = {
-    "adam_mixed": OPTIMIZERS["adam_fp32"],
-    "adam_fp32": OPTIMIZERS["adam_fp32"],
-    "sgd_momentum": OptimizerStateBytes("sgd_momentum", 4, 4, 4, OPTIMIZERS["sgd_momentum"].source),
-    "adafactor": OptimizerStateBytes("adafactor", 4, 4, 0, OPTIMIZERS["adafactor"].source),
-    "adam_8bit": OptimizerStateBytes("adam_8bit", 4, 4, 2, OPTIMIZERS["adam_8bit"].source),
-}
-
-_FP32_PRECISIONS = ("fp32", "tf32", "fp64")
-
-
-def activation_element_bytes(precision: Precision) -> int:
-    """Bytes per stored activation element: 4 for fp32/tf32 (8 for fp64), 2 otherwise (FP8 runs keep
-    BF16 activations between FP8 GEMMs in Transformer Engine)."""
-    if precision == "fp64":
-        return 8
-    return 4 if precision in _FP32_PRECISIONS else 2
-
-
-def optimizer_state_bytes(
-    optimizer: Optimizer = "adam", precision: Precision = "bf16", *, fp32_grad_accumulation: bool = False
-) -> OptimizerStateBytes:
-    """Bytes per parameter (weights, gradients, optimizer state) before sharding.
-
-    ``adam`` is mixed-precision Adam for 16-bit and FP8 precisions and fp32 Adam for fp32/tf32.
-    ``fp32_grad_accumulation`` (Megatron ``main_grad``) makes 16-bit gradients 4 bytes (18 in all).
-    """
-    if optimizer not in OPTIMIZER_NAMES:
-        raise InvalidInput(
-            f"optimizer must be one of {', '.join(OPTIMIZER_NAMES)}, got {optimizer!r}.", field="optimizer"
-        )
-    if precision not in PRECISIONS:
-        raise InvalidInput(
-            f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.", field="precision"
-        )
-    name = "adam_mixed" if optimizer == "adam" else optimizer
-    table = _FP32_VARIANTS if precision in _FP32_PRECISIONS else OPTIMIZERS
-    state = table[name]
-    if fp32_grad_accumulation and state.gradient_bytes < FP32_BYTES:
-        state = OptimizerStateBytes(
-            state.name,
-            state.weight_bytes,
-            FP32_BYTES,
-            state.optimizer_bytes,
-            state.source + "; fp32 gradient accumulation (Megatron main_grad): gradients 4 bytes",
-        )
-    return state
-
-
-def model_state_bytes_per_parameter(
-    state: OptimizerStateBytes, *, zero_stage: int, shard_degree: int
-) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter on one device after ZeRO sharding over
-    ``shard_degree`` ranks. Stage 1 shards the optimizer, 2 also gradients, 3 also weights."""
-    d = float(shard_degree)
-    w, g, o = state.weight_bytes, state.gradient_bytes, state.optimizer_bytes
-    return (
-        w / d if zero_stage >= 3 else w,
-        g / d if zero_stage >= 2 else g,
-        o / d if zero_stage >= 1 else o,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Layout
-
-
-@dataclass(frozen=True, slots=True)
-class ParallelLayout:
-    """How a job is split over devices, and the memory/time options that go with it.
-
-    ``tp`` tensor, ``pp`` pipeline (``virtual_stages`` = interleaved chunks per device, Megatron's v),
-    ``dp`` data, ``cp`` context, ``ep`` expert parallel (carved out of ``dp·cp``); devices =
-    tp·pp·dp·cp. ``micro_batch_sequences`` sequences per micro-batch.
-
-    Uneven pipelines: ``first_stage_layers``/``last_stage_layers`` pin the transformer layers on the first
-    and last stage (Megatron-LM ``--decoder-first/last-pipeline-num-layers``); the rest spread over the
-    middle stages (:func:`stage_layer_counts`). Checkpointing: ``recompute="full"`` with
-    ``recompute_every_k_layers`` k checkpoints one layer in k (torchtitan ``selective_ac_option=k``);
-    ``recompute="selective"`` with ``selective_policy`` "attention_core" (Korthikanti et al. 2022) or
-    "per_op" (torchtitan per-op SAC: saves every other matmul output and the attention output, recomputes
-    the rest). ZeRO-3: ``reshard_after_forward`` (FSDP; False = keep the gathered layer for backward, ZeRO++
-    style), ``regather_for_recompute`` (DeepSpeed ZeRO-3 gathers a checkpointed layer's weights again for
-    its recomputation), ``shard_group_size`` hybrid sharding (HSDP: shard within groups of that many ranks,
-    replicate across them). MoE: ``overlap_ep_comm`` hides the all-to-all behind the other micro-batch's
-    compute (DeepSeek-V3 DualPipe), ``expert_load_imbalance`` (≥ 1) scales the busiest expert's tokens.
-    ``attention_kernel`` "best" (the family's fastest fused attention: FlashAttention-2 on Ampere,
-    cuDNN / FlashAttention-3 on Hopper and later), "flash2" (FlashAttention-2, PyTorch SDPA's flash
-    backend) or "triton" (Triton's fused attention). ``fused_elementwise`` False: norms, activation
-    functions and RoPE run as eager PyTorch kernels (no torch.compile, no fused kernels).
-    ``zero3_gather_unit``: ZeRO-3 gathers a whole transformer layer at a time ("layer": FSDP wrapping
-    each block) or one weight matrix ("module": DeepSpeed's per-submodule fetch). ``pooled_nic_collectives``: a data-parallel ring pools the NICs of its ranks on a node
-    (NCCL rail-aligned rings); False: each rank's share crosses its own NIC (DeepSpeed ZeRO-3, 2021). ``zero_stage`` 0-3 (3 = FSDP
-    FULL_SHARD, 2 = SHARD_GRAD_OP; 1 with ``fp32_grad_accumulation`` = Megatron's distributed
-    optimizer). The ``overlap_*`` flags say whether that communication runs behind compute
-    (Megatron ``--tp-comm-overlap``, ``--overlap-grad-reduce``/``--overlap-param-gather``, FSDP
-    prefetch; p2p sends on their own stream).
-    """
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    virtual_stages: int = 1
-    micro_batch_sequences: int = 1
-    sequence_parallel: bool = False
-    zero_stage: int = 0
-    recompute: Recompute = "none"
-    flash_attention: bool = True
-    fp32_grad_accumulation: bool = False
-    overlap_tp_comm: bool = False
-    overlap_dp_comm: bool = True
-    overlap_pp_comm: bool = True
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    recompute_every_k_layers: int = 1
-    selective_policy: SelectivePolicy = "attention_core"
-    reshard_after_forward: bool = True
-    regather_for_recompute: bool = False
-    shard_group_size: int | None = None
-    overlap_ep_comm: bool = False
-    expert_load_imbalance: float = 1.0
-    attention_kernel: AttentionKernel = "best"
-    pooled_nic_collectives: bool = True
-    fused_elementwise: bool = True
-    zero3_gather_unit: GatherUnit = "layer"
-
-    def __post_init__(self) -> None:
-        validate_layout(self)
-
-    @property
-    def shard_degree(self) -> int:
-        """Ranks one ZeRO shard group spans: ``dp·cp``, or ``shard_group_size`` under hybrid sharding."""
-        full = self.dp * self.cp
-        return full if self.shard_group_size is None else min(self.shard_group_size, full)
-
-    @property
-    def device_count(self) -> int:
-        return self.tp * self.pp * self.dp * self.cp
-
-
-def _positive_int(value: object, field: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidInput(f"{field} must be a positive integer, got {value!r}.", field=field)
-
-
-def validate_layout(layout: ParallelLayout) -> None:
-    for name in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_sequences"):
-        _positive_int(getattr(layout, name), name)
-    if layout.zero_stage not in ZERO_STAGES or isinstance(layout.zero_stage, bool):
-        raise InvalidInput(
-            f"zero_stage must be 0, 1, 2 or 3 (3 = FSDP full shard), got {layout.zero_stage!r}.",
-            field="zero_stage",
-        )
-    if layout.recompute not in RECOMPUTE_MODES:
-        raise InvalidInput(
-            f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {layout.recompute!r}.",
-            field="recompute",
-        )
-    if layout.virtual_stages > 1 and layout.pp == 1:
-        raise InvalidInput(
-            "virtual_stages > 1 (interleaving) needs pipeline parallelism: set pp > 1 or virtual_stages 1.",
-            field="virtual_stages",
-        )
-    for name in ("first_stage_layers", "last_stage_layers", "shard_group_size"):
-        value = getattr(layout, name)
-        if value is not None:
-            _positive_int(value, name)
-    _positive_int(layout.recompute_every_k_layers, "recompute_every_k_layers")
-    if layout.pp == 1 and (layout.first_stage_layers is not None or layout.last_stage_layers is not None):
-        raise InvalidInput(
-            "first_stage_layers/last_stage_layers need pp > 1; leave them unset for pp = 1.",
-            field="first_stage_layers",
-        )
-    if layout.selective_policy not in SELECTIVE_POLICIES:
-        raise InvalidInput(
-            f"selective_policy must be one of {', '.join(SELECTIVE_POLICIES)}, got {layout.selective_policy!r}.",
-            field="selective_policy",
-        )
-    if layout.attention_kernel not in ATTENTION_KERNELS:
-        raise InvalidInput(
-            f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {layout.attention_kernel!r}.",
-            field="attention_kernel",
-        )
-    if layout.zero3_gather_unit not in GATHER_UNITS:
-        raise InvalidInput(
-            f"zero3_gather_unit must be one of {', '.join(GATHER_UNITS)}, got {layout.zero3_gather_unit!r}.",
-            field="zero3_gather_unit",
-        )
-    imb = layout.expert_load_imbalance
-    if (
-        isinstance(imb, bool)
-        or not isinstance(imb, int | float)
-        or not math.isfinite(imb)
-        or not 1.0 <= imb <= 16.0
-    ):
-        raise InvalidInput(
-            f"expert_load_imbalance must be within [1, 16] (busiest expert's tokens over the mean), got {imb!r}.",
-            field="expert_load_imbalance",
-        )
-    if layout.shard_group_size is not None and (layout.dp * layout.cp) % layout.shard_group_size:
-        raise InvalidInput(
-            f"shard_group_size ({layout.shard_group_size}) must divide dp·cp ({layout.dp * layout.cp}).",
-            field="shard_group_size",
-        )
-    if (layout.dp * layout.cp) % layout.ep:
-        raise InvalidInput(
-            f"ep ({layout.ep}) must divide dp·cp ({layout.dp * layout.cp}): expert parallelism is carved "
-            "out of the data-parallel ranks.",
-            field="ep",
-        )
-    if layout.sequence_parallel and layout.tp == 1:
-        raise InvalidInput(
-            "sequence_parallel needs tp > 1; set it false for tp = 1.", field="sequence_parallel"
-        )
-
-
-def check_layout_for_model(spec: ModelSpec, seq_len_tokens: int, layout: ParallelLayout) -> None:
-    """The divisibility rules the layout must meet for this model (Megatron-LM's argument checks)."""
-    _positive_int(seq_len_tokens, "seq_len_tokens")
-    if layout.pp > spec.n_layers:
-        raise InvalidInput(f"pp ({layout.pp}) exceeds the model's {spec.n_layers} layers.", field="pp")
-    first, middle, last = stage_layer_counts(
-        spec.n_layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
-    )
-    fewest = min(first, last, middle if layout.pp > 2 else first)
-    if layout.virtual_stages > 1 and fewest < layout.virtual_stages:
-        raise InvalidInput(
-            f"every stage needs at least virtual_stages ({layout.virtual_stages}) layers for the interleaved "
-            f"schedule; the smallest stage has {fewest}.",
-            field="virtual_stages",
-        )
-    if seq_len_tokens % layout.cp:
-        raise InvalidInput(
-            f"seq_len_tokens ({seq_len_tokens}) must be divisible by cp ({layout.cp}).", field="cp"
-        )
-    if spec.n_experts and spec.n_experts % layout.ep:
-        raise InvalidInput(f"ep ({layout.ep}) must divide n_experts ({spec.n_experts}).", field="ep")
-    if not spec.n_experts and layout.ep > 1:
-        raise InvalidInput("ep > 1 needs an MoE model (n_experts > 0).", field="ep")
-
-
 # --------------------------------------------------------------------------------------------------
 # Parameters per stage
-
-
-@functools.lru_cache(maxsize=8192)
-def stage_layer_counts(
-    n_layers: int, pp: int, first_stage_layers: int | None = None, last_stage_layers: int | None = None
-) -> tuple[int, int, int]:
-    """Transformer layers on the (first, fullest middle, last) pipeline stage.
-
-    Pinned counts are used as given (Megatron-LM ``--decoder-first/last-pipeline-num-layers``); the
-    rest of the layers spread over the middle stages, the extra ones on the earliest. Unpinned: an even
-    split when ``pp`` divides ``n_layers``, otherwise the remainder goes to the middle stages first, so
-    the stages that also carry the embedding and the logits get the fewer layers (Llama 3 405B: 126
-    layers on 16 stages, 7 on the first and last; torchtitan and DeepSpeed's parameter-balanced
-    partitions do the same). With pp = 1 all three are ``n_layers``. Raises InvalidInput when the
-    pinned counts leave a stage without a layer.
-    """
-    if pp == 1:
-        return n_layers, n_layers, n_layers
-    base, rem = divmod(n_layers, pp)
-    middles = pp - 2
-    first = first_stage_layers
-    last = last_stage_layers
-    if first is None and last is None:
-        extra_middle = min(rem, middles)
-        rem -= extra_middle
-        first = base + (1 if rem > 0 else 0)
-        last = base + (1 if rem > 1 else 0)
-    elif first is None:
-        first = (n_layers - (last or 0)) // (pp - 1)
-    elif last is None:
-        last = (n_layers - first) // (pp - 1)
-    assert first is not None and last is not None
-    rest = n_layers - first - last
-    if first < 1 or last < 1 or rest < middles or (middles == 0 and rest != 0):
-        raise InvalidInput(
-            f"first_stage_layers ({first}) and last_stage_layers ({last}) must leave at least one of the "
-            f"{n_layers} layers for each of the {middles} middle stages (and none over with pp = 2).",
-            field="first_stage_layers",
-        )
-    middle = -(-rest // middles) if middles else max(first, last)
-    return first, middle, last
 
 
 @dataclass(frozen=True, slots=True)
