@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 
 from service import __version__
 from service.api.baseline import router as baseline_router
+from service.api.cursors import CursorCodec
 from service.api.deps import PrincipalCache
 from service.api.docs import install_docs
 from service.api.fleet_metrics import fleet_metrics_registry
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         openapi_tags=TAGS,
     )
     app.state.settings = settings
+    app.state.cursor_codec = CursorCodec.for_settings(settings)
     app.state.principal_cache = principal_cache = PrincipalCache()
     app.state.fleet_metrics = fleet_metrics_registry(lambda: app.state.engine)
 

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "TEFF_"
@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     max_measurements_per_request: int = Field(default=10_000, ge=1)
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated origins allowed by CORS; empty = CORS off"
+    )
+    cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="key that signs page cursors (HMAC-SHA256); give every replica the same one. Unset: "
+        "a key derived from the database URL, which replicas of one database share, but which anyone "
+        "who knows the URL can derive too",
     )
     require_api_key_for_estimates: bool = Field(
         default=False, description="when true, the stateless estimate endpoints also need an API key"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from service.api import problems as p
+from service.api.schemas.fields import NO_NUL_PATTERN, NUL_MESSAGE, RUN_ID_PATTERN
 from service.domain import errors as domain_errors
 from service.observability import LOGGER_NAME, request_id_var
 
@@ -32,6 +34,10 @@ def _respond(request: Request, kind: p.ProblemKind, detail: str, **extensions: A
     )
 
 
+_METHOD_ORDER = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
+_HTTP_METHODS = frozenset(_METHOD_ORDER)
+#: Patterns whose mismatch means a NUL character (the shared text types of service.api.schemas.fields).
+_NUL_PATTERNS = frozenset({NO_NUL_PATTERN, RUN_ID_PATTERN})
 #: Validation errors listed in one answer at most (the detail counts them all).
 MAX_REPORTED_ERRORS = 20
 
@@ -48,13 +54,22 @@ def field_path(loc: Sequence[Any], *, root: str = "") -> str:
     return path or "body"
 
 
+def _message(error: Mapping[str, Any]) -> str:
+    if (
+        error.get("type") == "string_pattern_mismatch"
+        and (error.get("ctx") or {}).get("pattern") in _NUL_PATTERNS
+    ):
+        return NUL_MESSAGE
+    # pydantic prefixes messages of custom validators with "Value error, ".
+    return str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+
+
 def validation_errors(errors: Sequence[Mapping[str, Any]], *, root: str = "") -> list[dict[str, Any]]:
     """pydantic's errors as the ``errors`` member of a problem (at most MAX_REPORTED_ERRORS)."""
     return [
         {
             "field": field_path(error.get("loc", ()), root=root),
-            # pydantic prefixes messages of custom validators with "Value error, ".
-            "message": str(error.get("msg", "invalid value")).removeprefix("Value error, "),
+            "message": _message(error),
             "code": error.get("type"),
         }
         for error in errors[:MAX_REPORTED_ERRORS]
@@ -75,6 +90,18 @@ def validation_problem(exc: ValidationError, *, root: str = "") -> p.ProblemErro
     errors = validation_errors(exc.errors(include_url=False), root=root)
     return p.ProblemError(
         p.VALIDATION_ERROR, validation_detail(errors, total=exc.error_count()), errors=errors
+    )
+
+
+NOT_JSON_DETAIL = "body: not valid JSON (send UTF-8 encoded JSON; NaN and Infinity are not JSON numbers)."
+
+
+def not_json_problem() -> p.ProblemError:
+    """A 422 for a body that is not JSON at all."""
+    return p.ProblemError(
+        p.VALIDATION_ERROR,
+        NOT_JSON_DETAIL,
+        errors=[{"field": "body", "message": "not valid JSON", "code": "json_invalid"}],
     )
 
 
@@ -119,15 +146,13 @@ async def _problem(request: Request, exc: Exception) -> Response:
 
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc, p.BodyProblem):
+        return await _problem(request, exc.problem)
     if exc.status_code == 400:
         # FastAPI answers 400 when a body is not decodable at all (bytes that are not UTF-8 JSON); the
         # contract has one answer for a body that cannot be read as its schema: validation-error.
-        return _respond(
-            request,
-            p.VALIDATION_ERROR,
-            "body: not valid JSON (send UTF-8 encoded JSON; NaN and Infinity are not JSON numbers).",
-            errors=[{"field": "body", "message": "not valid JSON", "code": "json_invalid"}],
-        )
+        problem = not_json_problem()
+        return _respond(request, problem.kind, problem.detail, **problem.extensions)
     kind = p.KIND_BY_STATUS.get(exc.status_code)
     if kind is None:
         kind = p.ProblemKind(f"http-{exc.status_code}", exc.status_code, str(exc.detail), str(exc.detail))
@@ -139,7 +164,39 @@ async def _http(request: Request, exc: Exception) -> Response:
     response = _respond(request, kind, detail)
     if exc.headers:
         response.headers.update(exc.headers)
+    if exc.status_code == 405:
+        methods = allowed_methods(request.app, request.url.path, fallback=response.headers.get("allow", ""))
+        response.headers["Allow"] = ", ".join(methods)
     return response
+
+
+def _path_table(app: FastAPI) -> list[tuple[re.Pattern[str], bool, frozenset[str]]]:
+    """(path regex, literal, methods) for every path of the app's contract, built once per app."""
+    table: list[tuple[re.Pattern[str], bool, frozenset[str]]] | None = getattr(app.state, "allow_table", None)
+    if table is None:
+        table = []
+        for template, operations in app.openapi().get("paths", {}).items():
+            methods = frozenset(method.upper() for method in operations if method.upper() in _HTTP_METHODS)
+            pattern = "^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)) + "$"
+            table.append((re.compile(pattern), "{" not in template, methods))
+        app.state.allow_table = table
+    return table
+
+
+def allowed_methods(app: FastAPI, path: str, *, fallback: str = "") -> list[str]:
+    """Every method the path answers, for ``Allow`` (RFC 9110 §10.2.1). Starlette names the methods of
+    the first route whose path matches, and GET and POST on one path are two routes: ``/v1/runs``
+    listed only POST. A literal path (``/v1/runs/compare``) takes its own methods, not those of a
+    template it also matches (``/v1/runs/{run_id}``), as OpenAPI matches paths; HEAD goes with GET."""
+    matches = [(literal, methods) for regex, literal, methods in _path_table(app) if regex.match(path)]
+    literal = [methods for is_literal, methods in matches if is_literal]
+    chosen = literal or [methods for _, methods in matches]
+    allowed = (
+        set().union(*chosen) if chosen else {m.strip().upper() for m in fallback.split(",") if m.strip()}
+    )
+    if "GET" in allowed:
+        allowed.add("HEAD")
+    return sorted(allowed, key=_METHOD_ORDER.index)
 
 
 def _disk_full(exc: DBAPIError) -> bool:

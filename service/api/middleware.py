@@ -20,6 +20,7 @@ import re
 import time
 import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -35,9 +36,11 @@ from service.api.problems import (
     UNAUTHORIZED,
     UNAUTHORIZED_HEADERS,
     UNSUPPORTED_MEDIA_TYPE,
+    VALIDATION_ERROR,
     invalid_api_key,
     problem_response,
 )
+from service.api.schemas.fields import NUL_MESSAGE
 from service.observability import HTTP_LATENCY, HTTP_REQUESTS, LOGGER_NAME, request_id_var
 from service.settings import Settings
 from service.store import keys
@@ -155,6 +158,19 @@ class RequestContextMiddleware:
             if rejection is not None:
                 kind, detail = rejection
                 await answer(lambda **kw: problem_response(kind, detail, **kw))
+                return
+            nul_field = _nul_in_path_or_query(scope)
+            if nul_field is not None:
+                await answer(
+                    lambda **kw: problem_response(
+                        VALIDATION_ERROR,
+                        f"{nul_field}: {NUL_MESSAGE}",
+                        errors=[
+                            {"field": nul_field, "message": NUL_MESSAGE, "code": "string_pattern_mismatch"}
+                        ],
+                        **kw,
+                    )
+                )
                 return
             path: str = scope["path"]
             if path.startswith(_STORE_PREFIXES):
@@ -351,6 +367,21 @@ class RequestContextMiddleware:
                 f"Send the body as application/json (got {got.decode('latin-1') if got else 'no Content-Type'}).",
             )
         return None
+
+
+def _nul_in_path_or_query(scope: Scope) -> str | None:
+    """The path or query parameter that carries a NUL character (``%00``), if any: no text the service
+    stores or compares may hold one (service.api.schemas.fields.Text), whatever the operation
+    declares; a cheap byte test first, the name only for the rare request that has one."""
+    if "\x00" in scope["path"]:
+        return "path"
+    query: bytes = scope.get("query_string") or b""
+    if b"%00" not in query and b"\x00" not in query:
+        return None
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if "\x00" in name or "\x00" in value:
+            return f"query.{name.replace(chr(0), '')}"
+    return None
 
 
 def _has_body(scope: Scope) -> bool:

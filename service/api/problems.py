@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -199,6 +200,15 @@ class ProblemError(Exception):
         self.detail = detail
         self.headers = headers or {}
         self.extensions = extensions
+
+
+class BodyProblem(HTTPException):
+    """A ProblemError raised while FastAPI reads a body: FastAPI turns any other exception there into
+    a bare 400, but lets an HTTPException through; service.api.handlers answers it with ``problem``."""
+
+    def __init__(self, problem: ProblemError) -> None:
+        super().__init__(problem.kind.status, problem.detail)
+        self.problem = problem
 
 
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="teff"'}

@@ -4,6 +4,7 @@ is killed (SIGKILL) in the middle of a run and started again on the same port an
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -24,6 +25,8 @@ class FakeService:
 
     def __init__(self) -> None:
         self.stored: dict[int, dict[str, Any]] = {}
+        self.events: dict[str, dict[str, Any]] = {}
+        self.event_posts = 0
         self.down = False
         self.invalid_steps: set[int] = set()
         self.posts = 0
@@ -35,6 +38,8 @@ class FakeService:
         if request.method == "GET":
             return httpx.Response(200, json={"id": "run_1", "global_batch_tokens": 4096})
         items = json.loads(request.content)
+        if request.url.path.endswith("/events"):
+            return self.add_events(items)
         with self.lock:
             self.posts += 1
             bad = [index for index, item in enumerate(items) if item["step"] in self.invalid_steps]
@@ -65,6 +70,16 @@ class FakeService:
             },
         )
 
+    def add_events(self, items: list[dict[str, Any]]) -> httpx.Response:
+        """Events by id, first write wins (a repeated id is listed, not changed), as the service does."""
+        with self.lock:
+            self.event_posts += 1
+            ignored = [item["event_id"] for item in items if item["event_id"] in self.events]
+            for item in items:
+                self.events.setdefault(item["event_id"], item)
+        body = {"run_id": "run_1", "received": len(items), "stored": len(items) - len(ignored)}
+        return httpx.Response(200, json={**body, "ignored_event_ids": ignored})
+
 
 def fake_reporter(service: FakeService, **options: Any) -> Reporter:
     client = Client(
@@ -93,7 +108,7 @@ def test_steps_are_delivered_in_batches_with_the_runs_batch_filled_in() -> None:
 
 def test_tokens_alone_are_timed_by_the_reporter(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([100.0, 101.0, 103.0])  # creation, then two logs 1 s and 2 s apart
-    monkeypatch.setattr("teff_client.reporter.time.time", lambda: next(clock))
+    monkeypatch.setattr("teff_client.reporter._now", lambda: next(clock))
     service = FakeService()
     reporter = fake_reporter(service, start=False)
     reporter.log(1, tokens=1000)
@@ -233,3 +248,82 @@ def check_outage(client: Client, restartable_server: RestartableServer, tmp_path
     stored = client.list_measurements(run_id, min_step=300, max_step=300)["items"][0]
     sent = {key: value for key, value in stored["throughput"].items() if value is not None}
     assert sent == {"step_time_seconds": 4.0 + (300 % 7) * 0.01, "global_batch_tokens": 1048576}
+
+
+def test_events_go_out_once_each_through_an_outage_with_their_times_and_steps(tmp_path: Path) -> None:
+    service = FakeService()
+    spill = tmp_path / "spill.jsonl"
+    reporter = fake_reporter(service, max_pending_events=2, spill_path=spill)
+    before = time.time()
+    started = reporter.event("job_started")
+    reporter.event("first_step", step=0)
+    assert reporter.flush(5)
+    service.down = True
+    with reporter.checkpoint_save(100):
+        time.sleep(0.05)
+    with reporter.evaluation(100):
+        reporter.log(100, step_time_seconds=1.0, tokens=10)
+    reporter.event("data_stall", step=101, duration_seconds=2.5)
+    time.sleep(0.3)
+    assert reporter.stats.spilled >= 3, "beyond max_pending_events the events go to the spill file"
+    service.down = False
+    reporter.end("failed", reason="NCCL timeout", step=120)
+    after = time.time()
+    assert sorted(service.stored) == [100]
+    events = sorted(service.events.values(), key=lambda event: event["time"])
+    kinds = [event["kind"] for event in events]
+    assert kinds == [
+        "job_started",
+        "first_step",
+        "checkpoint_save_begin",
+        "checkpoint_save_end",
+        "evaluation_begin",
+        "evaluation_end",
+        "data_stall",
+        "failure",
+    ]
+    assert started in service.events and len({event["event_id"] for event in events}) == 8
+    times = [dt.datetime.fromisoformat(event["time"]).timestamp() for event in events]
+    assert before <= times[0] and times[-1] <= after and times == sorted(times)
+    assert times[3] - times[2] >= 0.05, "the save's begin and end bracket the 50 ms it took"
+    assert events[2]["step"] == events[3]["step"] == 100 and events[6]["duration_seconds"] == 2.5
+    assert events[7]["reason"] == "NCCL timeout" and events[7]["step"] == 120
+    assert reporter.stats.events_delivered == 8 and reporter.stats.dropped == 0
+    assert not spill.exists()
+
+
+def test_an_unknown_event_kind_is_refused_locally_and_the_rest_delivered() -> None:
+    service = FakeService()
+    with fake_reporter(service) as reporter:
+        assert reporter.event("coffee_break") is not None  # never raises on the training thread
+        reporter.event("evaluation_begin", step="x")  # type: ignore[arg-type]
+        reporter.event("evaluation_end", step=3)
+        assert reporter.flush(5)
+    assert [event["kind"] for event in service.events.values()] == ["evaluation_end"]
+    assert reporter.stats.events_rejected == 2
+
+
+def test_after_close_log_and_event_are_refused_and_counted() -> None:
+    service = FakeService()
+    reporter = fake_reporter(service)
+    reporter.log(1, step_time_seconds=1.0, tokens=10)
+    reporter.close()
+    reporter.log(2, step_time_seconds=1.0, tokens=10)
+    assert reporter.event("job_ended") is None
+    assert sorted(service.stored) == [1] and not service.events
+    assert reporter.stats.dropped == 2 and reporter.stats.logged == 1
+
+
+def test_spilled_events_are_sent_by_the_next_reporter_with_their_ids(tmp_path: Path) -> None:
+    service = FakeService()
+    service.down = True
+    spill = tmp_path / "spill.jsonl"
+    first = fake_reporter(service, spill_path=spill)
+    ids = [first.event("checkpoint_save_begin", step=10), first.event("checkpoint_save_end", step=10)]
+    first.close(timeout_seconds=0.3)
+    assert len(spill.read_text().splitlines()) == 2
+    service.down = False
+    second = fake_reporter(service, spill_path=spill)
+    assert second.flush(5)
+    second.close()
+    assert sorted(service.events) == sorted(ids)

@@ -1,7 +1,11 @@
 """A training loop's reporter: ``log()`` returns at once and never raises; a background thread delivers.
 
-The calling thread only appends a tuple to a deque (no lock, no I/O, no formatting); a daemon thread
-turns the tuples into measurements and posts them to ``POST /v1/runs/{id}/measurements`` in batches.
+The calling thread only appends a tuple to a deque (no lock, no I/O, no formatting, no validation, no
+counter: one length check against a bound that also says "closed", one clock read, one append); a
+daemon thread polls the deque, turns the tuples into measurements and posts them to
+``POST /v1/runs/{id}/measurements`` in batches. Run events (``event()``, ``checkpoint_save()``,
+``evaluation()``, ...: the goodput timeline of issue 21) travel through the same deque and go to
+``POST /v1/runs/{id}/events``, idempotent by an event id made on the training thread.
 
 Delivery is at least once from here and exactly once in the store: the service keys a measurement by
 (run, step) and ignores a step it already has ("first write wins", listed in ``ignored_steps``), so a
@@ -9,7 +13,8 @@ batch whose answer was lost is simply sent again. While the service is down the 
 memory up to ``max_pending`` and then in an optional JSON-lines ``spill_path`` (oldest first), and go
 out when it answers again; without a spill file the oldest reports beyond the bound are dropped and
 counted. A batch the service rejects as invalid (422) is split in halves until the offending reports
-are isolated; those are dropped (counted in ``rejected``) and the rest are stored.
+are isolated; those are dropped (counted in ``rejected``) and the rest are stored. Events follow the
+same rules, keyed by their event id (the service ignores an id it already has).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as _dt
+import itertools
 import json
 import logging
 import os
@@ -24,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +54,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger("teff_client.reporter")
 
 _UTC = _dt.UTC
+_now = time.time  # bound once: log() reads the clock without two attribute lookups
+
+
+class _Event:
+    """Marks an event's tuple in the queue (a measurement's tuple starts with its step)."""
+
+
+_EVENT = _Event()
+
+#: The kinds ``POST /v1/runs/{id}/events`` takes (service/domain/goodput.py ``EventKind``); an event of
+#: another kind is refused here, on the sender thread, rather than costing the batch a 422.
+EVENT_KINDS = frozenset(
+    {
+        "job_started",
+        "startup_done",
+        "first_step",
+        "checkpoint_save_begin",
+        "checkpoint_save_end",
+        "checkpoint_restore_begin",
+        "checkpoint_restore_end",
+        "evaluation_begin",
+        "evaluation_end",
+        "data_stall",
+        "hang_detected",
+        "failure",
+        "restart",
+        "job_ended",
+    }
+)
 
 
 class _TryAgain(Exception):
@@ -58,6 +93,7 @@ class _TryAgain(Exception):
 class ReporterStats:
     """What the reporter did so far (read from any thread; figures only grow)."""
 
+    #: reports taken from the queue by the sender so far (``log()`` itself counts nothing)
     logged: int = 0
     #: reports the service acknowledged (stored now or stored before: a repeated step)
     delivered: int = 0
@@ -69,6 +105,11 @@ class ReporterStats:
     dropped: int = 0
     spilled: int = 0
     failed_posts: int = 0
+    #: events the service acknowledged (stored now, or an id it already had)
+    events_delivered: int = 0
+    events_stored: int = 0
+    #: events refused (an unknown kind here, or 422 from the service), dropped
+    events_rejected: int = 0
     latest_mfu: float | None = None
     median_mfu: float | None = None
     latest_summary: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +137,8 @@ class Reporter:
         flush_interval_seconds: float = 2.0,
         max_queue: int = 200_000,
         max_pending: int = 100_000,
+        max_pending_events: int = 10_000,
+        poll_seconds: float = 0.05,
         spill_path: str | os.PathLike[str] | None = None,
         backoff_max_seconds: float = 30.0,
         close_timeout_seconds: float = 10.0,
@@ -121,16 +164,26 @@ class Reporter:
         self.close_timeout_seconds = close_timeout_seconds
         self.stats = ReporterStats()
         # The hand-off between the training thread and the sender: deque.append and popleft are
-        # atomic in CPython, so neither side takes a lock for it.
+        # atomic in CPython, so neither side takes a lock for it. ``_room`` is the queue's bound while
+        # the reporter is open and 0 once it is closed: log() makes one comparison for both.
         self._queue: deque[tuple[Any, ...]] = deque()
+        self._room = max(1, max_queue)
         self._pending: deque[dict[str, Any]] = deque()
+        self._pending_events: deque[dict[str, Any]] = deque()
+        self.max_pending_events = max_pending_events
+        # Event ids: unique per reporter (a random prefix) and per event (a counter), made on the
+        # training thread so that a retried POST or a spilled copy carries the same id.
+        self._event_prefix = uuid.uuid4().hex[:12]
+        self._event_numbers = itertools.count(1)
+        #: how often the sender looks at the queue: log() does not wake it (that costs a Python call)
+        self.poll_seconds = min(poll_seconds, flush_interval_seconds)
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
         self._closing = False
         self._closed = False
         self._deadline: float | None = None
-        self._previous_time: float | None = time.time()
+        self._previous_time: float | None = _now()
         self._spill_offset = 0
         self._down_since: float | None = None
         self._failures = 0
@@ -154,29 +207,97 @@ class Reporter:
         loss: float | None = None,
         memory_bytes: int | None = None,
     ) -> None:
-        """Queue one report of ``step`` (completed optimizer steps). Returns at once; never raises."""
+        """Queue one report of ``step`` (completed optimizer steps). Returns at once; never raises.
+
+        The hot path: one bound check (which is also the closed check), one clock read, one append.
+        Validation, formatting and counting happen on the sender thread."""
         try:
             queue = self._queue
-            if len(queue) >= self.max_queue or self._closed:
-                self.stats.dropped += 1
-                return
-            queue.append(
-                (
-                    step,
-                    time.time(),
-                    step_time_seconds,
-                    tokens,
-                    tokens_per_second,
-                    sequences,
-                    loss,
-                    memory_bytes,
+            if len(queue) < self._room:
+                queue.append(
+                    (
+                        step,
+                        _now(),
+                        step_time_seconds,
+                        tokens,
+                        tokens_per_second,
+                        sequences,
+                        loss,
+                        memory_bytes,
+                    )
                 )
-            )
-            self.stats.logged += 1
-            if len(queue) >= self.batch_size and not self._wake.is_set():
-                self._wake.set()
+            else:
+                self.stats.dropped += 1
         except Exception:  # the training step never fails because of reporting
             pass
+
+    def event(
+        self,
+        kind: str,
+        *,
+        step: int | None = None,
+        reason: str | None = None,
+        duration_seconds: float | None = None,
+        attempt: int | None = None,
+        event_id: str | None = None,
+        at: float | None = None,
+    ) -> str | None:
+        """Queue one run event (``POST /v1/runs/{id}/events``): ``kind`` is one of
+        :data:`EVENT_KINDS`; ``at`` a ``time.time()`` stamp (default: now); ``event_id`` the
+        idempotency key (default: unique to this reporter and event). Returns the event id, or None
+        when the reporter is closed or full. Never raises, never blocks."""
+        try:
+            if event_id is None:
+                event_id = f"{kind}-{self._event_prefix}-{next(self._event_numbers)}"
+            queue = self._queue
+            if len(queue) >= self._room:
+                self.stats.dropped += 1
+                return None
+            queue.append(
+                (
+                    _EVENT,
+                    kind,
+                    _now() if at is None else at,
+                    step,
+                    reason,
+                    duration_seconds,
+                    attempt,
+                    event_id,
+                )
+            )
+            self._wake.set()  # events are rare: send them without waiting for the poll
+            return event_id
+        except Exception:
+            return None
+
+    @contextlib.contextmanager
+    def _span(self, begin: str, end: str, step: int | None) -> Iterator[None]:
+        self.event(begin, step=step)
+        try:
+            yield
+        finally:
+            self.event(end, step=step)
+
+    def checkpoint_save(self, step: int | None = None) -> contextlib.AbstractContextManager[None]:
+        """``with reporter.checkpoint_save(step): save(...)``: checkpoint_save_begin / _end."""
+        return self._span("checkpoint_save_begin", "checkpoint_save_end", step)
+
+    def checkpoint_restore(self, step: int | None = None) -> contextlib.AbstractContextManager[None]:
+        """``with reporter.checkpoint_restore(step): load(...)``: checkpoint_restore_begin / _end."""
+        return self._span("checkpoint_restore_begin", "checkpoint_restore_end", step)
+
+    def evaluation(self, step: int | None = None) -> contextlib.AbstractContextManager[None]:
+        """``with reporter.evaluation(step): evaluate(...)``: evaluation_begin / _end."""
+        return self._span("evaluation_begin", "evaluation_end", step)
+
+    def end(self, status: str = "finished", *, reason: str | None = None, step: int | None = None) -> None:
+        """The job's end: a ``job_ended`` event (``failure`` with ``reason`` when ``status`` is
+        ``failed``), then :meth:`close` marking the run ``status``."""
+        if status == "failed":
+            self.event("failure", step=step, reason=(reason or "failed")[:500])
+        else:
+            self.event("job_ended", step=step)
+        self.close(status=status)
 
     def flush(self, timeout_seconds: float = 10.0) -> bool:
         """Wait until everything logged so far is delivered (or spilled); True when it was."""
@@ -184,10 +305,13 @@ class Reporter:
         self._idle.clear()
         self._wake.set()
         while time.monotonic() < deadline:
-            if self._idle.wait(0.05) and not self._queue and not self._pending and not self._spill_left():
+            if self._idle.wait(0.05) and self._nothing_left():
                 return True
             self._wake.set()
-        return not self._queue and not self._pending and not self._spill_left()
+        return self._nothing_left()
+
+    def _nothing_left(self) -> bool:
+        return not self._queue and not self._pending and not self._pending_events and not self._spill_left()
 
     def close(self, timeout_seconds: float | None = None, *, status: str | None = None) -> None:
         """Deliver what is left (within the timeout), spill what could not be, stop the thread; with
@@ -195,6 +319,7 @@ class Reporter:
         if self._closed:
             return
         self._closed = True
+        self._room = 0  # log() and event() refuse from now on
         with contextlib.suppress(Exception):
             atexit.unregister(self._close_at_exit)
         timeout = self.close_timeout_seconds if timeout_seconds is None else timeout_seconds
@@ -206,7 +331,7 @@ class Reporter:
         if self._thread is None or not self._thread.is_alive():
             self._drain_queue()
             self._give_up_pending()
-        left = len(self._pending)
+        left = len(self._pending) + len(self._pending_events)
         if left:
             logger.warning("teff reporter: %d reports of run %s not delivered at close", left, self.run_id)
         if status is not None:
@@ -252,9 +377,19 @@ class Reporter:
             self._thread.start()
 
     def _run(self) -> None:
+        last_delivery = time.monotonic()
         while True:
-            self._wake.wait(self.flush_interval_seconds)
+            woken = self._wake.wait(self.poll_seconds)
             self._wake.clear()
+            now = time.monotonic()
+            if not (
+                woken
+                or self._closing
+                or len(self._queue) >= self.batch_size
+                or now - last_delivery >= self.flush_interval_seconds
+            ):
+                continue  # the poll: nothing worth a batch yet
+            last_delivery = now
             try:
                 self._drain_queue()
                 self._bound_memory()
@@ -262,12 +397,11 @@ class Reporter:
                     self._deliver()
             except Exception:  # a bug here must not kill reporting for the rest of the run
                 logger.exception("teff reporter: unexpected error; continuing")
-            if not self._queue and not self._pending and not self._spill_left():
+            if self._nothing_left():
                 self._idle.set()
             if self._closing:
                 deadline = self._deadline or 0.0
-                done = not self._queue and not self._pending and not self._spill_left()
-                if done or time.monotonic() >= deadline or self.stats.fatal:
+                if self._nothing_left() or time.monotonic() >= deadline or self.stats.fatal:
                     self._give_up_pending()
                     return
                 if self._down_since is not None:
@@ -275,15 +409,53 @@ class Reporter:
                 self._wake.set()
 
     def _drain_queue(self) -> None:
-        queue, pending = self._queue, self._pending
+        queue, pending, events = self._queue, self._pending, self._pending_events
+        taken = 0
         while queue:
             try:
                 item = queue.popleft()
             except IndexError:
-                return
-            measurement = self._measurement(item)
+                break
+            if item[0] is _EVENT:
+                event = self._event_body(item)
+                if event is not None:
+                    events.append(event)
+                continue
+            taken += 1
+            try:
+                measurement = self._measurement(item)
+            except (TypeError, ValueError, OverflowError, OSError) as error:
+                self._reject_local(item[0], str(error))
+                continue
             if measurement is not None:
                 pending.append(measurement)
+        self.stats.logged += taken
+
+    def _event_body(self, item: tuple[Any, ...]) -> dict[str, Any] | None:
+        _, kind, when, step, reason, duration, attempt, event_id = item
+        if kind not in EVENT_KINDS:
+            self.stats.events_rejected += 1
+            logger.warning("teff reporter: event kind %r unknown (one of %s)", kind, sorted(EVENT_KINDS))
+            return None
+        try:
+            body: dict[str, Any] = {
+                "event_id": str(event_id)[:100],
+                "kind": kind,
+                "time": _dt.datetime.fromtimestamp(float(when), _UTC).isoformat(),
+            }
+            if step is not None:
+                body["step"] = int(step)
+            if attempt is not None:
+                body["attempt"] = int(attempt)
+            if duration is not None:
+                body["duration_seconds"] = float(duration)
+            if reason is not None:
+                body["reason"] = str(reason)[:500]
+        except (TypeError, ValueError, OverflowError, OSError) as error:
+            self.stats.events_rejected += 1
+            logger.warning("teff reporter: event %s not sent: %s", kind, error)
+            return None
+        return body
 
     def _measurement(self, item: tuple[Any, ...]) -> dict[str, Any] | None:
         step, when, step_time, tokens, rate, sequences, loss, memory = item
@@ -322,37 +494,41 @@ class Reporter:
             logger.warning("teff reporter: step %s not reported: %s", step, reason)
 
     def _bound_memory(self) -> None:
-        pending = self._pending
-        excess = len(pending) - self.max_pending
-        if excess <= 0:
-            return
-        if self.spill_path is not None:
-            self._spill([pending.popleft() for _ in range(excess)])
-        else:
-            for _ in range(excess):
-                pending.popleft()
-            self.stats.dropped += excess
-            logger.warning(
-                "teff reporter: %d oldest reports dropped (over max_pending, no spill_path)", excess
-            )
+        for pending, bound, what in (
+            (self._pending, self.max_pending, "measurement"),
+            (self._pending_events, self.max_pending_events, "event"),
+        ):
+            excess = len(pending) - bound
+            if excess <= 0:
+                continue
+            oldest = [pending.popleft() for _ in range(excess)]
+            if self.spill_path is not None:
+                self._spill(oldest, what)
+            else:
+                self.stats.dropped += excess
+                logger.warning(
+                    "teff reporter: %d oldest %ss dropped (over the bound, no spill_path)", excess, what
+                )
 
     # -- the spill file ---------------------------------------------------------------------------------
 
-    def _spill(self, measurements: list[dict[str, Any]]) -> None:
+    def _spill(self, items: list[dict[str, Any]], what: str = "measurement") -> None:
+        """Append reports (``what`` = "measurement") or events (``what`` = "event") to the spill file."""
         assert self.spill_path is not None
         try:
             self.spill_path.parent.mkdir(parents=True, exist_ok=True)
             with self.spill_path.open("a", encoding="utf-8") as spill:
-                for measurement in measurements:
-                    spill.write(json.dumps({"run_id": self.run_id, "measurement": measurement}) + "\n")
-            self.stats.spilled += len(measurements)
+                for item in items:
+                    spill.write(json.dumps({"run_id": self.run_id, what: item}) + "\n")
+            self.stats.spilled += len(items)
         except OSError as error:
-            self.stats.dropped += len(measurements)
+            self.stats.dropped += len(items)
             logger.warning(
-                "teff reporter: cannot spill to %s (%s): %d reports dropped",
+                "teff reporter: cannot spill to %s (%s): %d %ss dropped",
                 self.spill_path,
                 error,
-                len(measurements),
+                len(items),
+                what,
             )
 
     def _spill_left(self) -> bool:
@@ -363,14 +539,15 @@ class Reporter:
         except OSError:
             return False
 
-    def _read_spill(self, limit: int) -> tuple[list[dict[str, Any]], int]:
-        """Up to ``limit`` spilled reports from the current offset, and the offset after them."""
+    def _read_spill(self, limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        """Up to ``limit`` spilled reports and events from the current offset, and the offset after."""
         assert self.spill_path is not None
         measurements: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
         with self.spill_path.open("rb") as spill:
             spill.seek(self._spill_offset)
             offset = self._spill_offset
-            while len(measurements) < limit:
+            while len(measurements) + len(events) < limit:
                 line = spill.readline()
                 if not line.endswith(b"\n"):
                     break  # a line being written (or torn by a crash): read it next time or never
@@ -379,11 +556,13 @@ class Reporter:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if record.get("run_id") in (self.run_id, None) and isinstance(
-                    record.get("measurement"), dict
-                ):
+                if not isinstance(record, dict) or record.get("run_id") not in (self.run_id, None):
+                    continue
+                if isinstance(record.get("measurement"), dict):
                     measurements.append(record["measurement"])
-        return measurements, offset
+                elif isinstance(record.get("event"), dict):
+                    events.append(record["event"])
+        return measurements, events, offset
 
     def _spill_delivered(self, offset: int) -> None:
         assert self.spill_path is not None
@@ -436,21 +615,28 @@ class Reporter:
             except (Unauthorized, Forbidden, ValidationFailed, NotFound) as error:
                 self.stats.fatal = str(error)
                 logger.error("teff reporter: the run cannot be created: %s; reporting stops", error)
-                self._drop(list(self._pending), "fatal")
+                self._drop(list(self._pending) + list(self._pending_events), "fatal")
                 self._pending.clear()
+                self._pending_events.clear()
                 return
             except (ProblemError, ServiceUnreachable, httpx.HTTPError, OSError, ValueError) as error:
                 self._service_down(error)
                 return
         while not self.stats.fatal:
             if self._spill_left():
-                batch, offset = self._read_spill(self.batch_size)
-                if not batch:
-                    self._spill_delivered(offset)
-                    continue
-                if not self._post(batch):
+                batch, events, offset = self._read_spill(self.batch_size)
+                if events and not self._post_events(events):
+                    return
+                if batch and not self._post(batch):
                     return
                 self._spill_delivered(offset)
+                continue
+            if self._pending_events:
+                count = min(self.batch_size, len(self._pending_events))
+                if not self._post_events([self._pending_events[index] for index in range(count)]):
+                    return
+                for _ in range(count):
+                    self._pending_events.popleft()
                 continue
             if not self._pending:
                 return
@@ -462,6 +648,32 @@ class Reporter:
                 self._pending.popleft()
             if self._queue and len(self._pending) < self.batch_size:
                 self._drain_queue()
+
+    def _post_events(self, batch: list[dict[str, Any]]) -> bool:
+        """Deliver events; True when the service has them (or refused them for good)."""
+        try:
+            answer = self.client.request(
+                "POST", f"/v1/runs/{self.run_id}/events", json=batch, retry=NO_RETRY
+            ).json()
+        except ValidationFailed as error:
+            if len(batch) == 1:
+                self.stats.events_rejected += 1
+                logger.warning("teff reporter: event %s refused: %s", batch[0].get("event_id"), error)
+                return True
+            half = len(batch) // 2
+            return self._post_events(batch[:half]) and self._post_events(batch[half:])
+        except (Unauthorized, Forbidden, NotFound) as error:
+            self.stats.fatal = str(error)
+            logger.error("teff reporter: run %s: %s; reporting stops", self.run_id, error)
+            self._drop(batch, "fatal")
+            return True
+        except (ProblemError, ServiceUnreachable, httpx.HTTPError, OSError, ValueError) as error:
+            self._service_down(error)
+            return False
+        self._back_up()
+        self.stats.events_delivered += len(batch)
+        self.stats.events_stored += int(answer.get("stored", 0))
+        return True
 
     def _post(self, batch: list[dict[str, Any]]) -> bool:
         """Deliver a batch; True when the service has it (or refused parts of it for good)."""
@@ -520,7 +732,7 @@ class Reporter:
         self.stats.dropped += len(batch)
         logger.debug("teff reporter: %d reports dropped (%s)", len(batch), reason)
 
-    def _delivered(self, batch: list[dict[str, Any]], answer: Mapping[str, Any]) -> None:
+    def _back_up(self) -> None:
         if self._down_since is not None:
             logger.warning(
                 "teff reporter: service back after %.1f s; delivering", time.monotonic() - self._down_since
@@ -528,6 +740,9 @@ class Reporter:
         self._down_since = None
         self._failures = 0
         self._next_try = 0.0
+
+    def _delivered(self, batch: list[dict[str, Any]], answer: Mapping[str, Any]) -> None:
+        self._back_up()
         stats = self.stats
         stats.delivered += len(batch)
         stats.stored += int(answer.get("stored", 0))
@@ -549,6 +764,11 @@ class Reporter:
 
     def _give_up_pending(self) -> None:
         """At close: what could not be delivered goes to the spill file (delivered by the next run)."""
-        if self._pending and self.spill_path is not None and not self.stats.fatal:
+        if self.spill_path is None or self.stats.fatal:
+            return
+        if self._pending_events:
+            self._spill(list(self._pending_events), "event")
+            self._pending_events.clear()
+        if self._pending:
             self._spill(list(self._pending))
             self._pending.clear()

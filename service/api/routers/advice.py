@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from service import plots
+from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.problems import INVALID_INPUT, ProblemError
 from service.api.resolve import resolve_model, with_field_prefix
@@ -33,7 +34,7 @@ from service.api.schemas.common import ModelRef
 from service.api.schemas.schedules import LrScheduleRequest
 from service.domain import batch, lr_advice, models, scaling
 
-router = APIRouter(tags=["advice"])
+router = APIRouter(tags=["advice"], route_class=StrictJsonRoute)
 
 BATCH_OFFERED = (JSON, SVG, PNG)
 BATCH_CONVENTION = (

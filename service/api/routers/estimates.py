@@ -7,6 +7,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 
 from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
+from service.api.json_body import StrictJsonRoute
 from service.api.presenters.memory import GIB, domain_layout, layout_read
 from service.api.presenters.plans import describe_layout, search_layouts
 from service.api.presenters.predictions import largest_loss, make_cluster, run_prediction
@@ -23,7 +24,7 @@ from service.domain import estimates, flops, hardware, performance
 from service.domain.errors import ImplausibleResult, InvalidInput
 from service.domain.models import ModelSpec
 
-router = APIRouter(tags=["estimates"])
+router = APIRouter(tags=["estimates"], route_class=StrictJsonRoute)
 SECONDS_PER_DAY = 86_400.0
 
 

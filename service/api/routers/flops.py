@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.api.json_body import StrictJsonRoute
 from service.api.resolve import resolve_model, with_field_prefix
 from service.api.schemas.efficiency import FlopsComponentsRead, FlopsRead, FlopsRequest
 from service.domain import flops, models
 
-router = APIRouter(tags=["flops"])
+router = APIRouter(tags=["flops"], route_class=StrictJsonRoute)
 
 _NOTES = {
     "palm": "PaLM Appendix B: 6·N + 12·L·H·Q·s per token; attention scores counted non-causally (full s×s).",

@@ -9,8 +9,10 @@ from starlette.responses import Response
 
 from service import goodput_plot
 from service.api.deps import Reader, WritePrincipal, WriteUow
+from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.problems import NOT_FOUND, ProblemError
+from service.api.schemas.fields import RUN_ID_PATTERN
 from service.api.schemas.goodput import (
     EVENT_EXAMPLE,
     EVENTS_EXAMPLE,
@@ -26,9 +28,11 @@ from service.api.schemas.goodput import (
 from service.domain.goodput import BADPUT_KINDS, Phase
 from service.usecases import goodput as usecase
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
-RunId = Annotated[str, Path(min_length=1, max_length=32, description="the run's id (`run_…`)")]
+RunId = Annotated[
+    str, Path(min_length=1, max_length=32, pattern=RUN_ID_PATTERN, description="the run's id (`run_…`)")
+]
 
 #: Events per request: a job sends a handful per checkpoint, so this bounds a request, not a job.
 MAX_EVENTS_PER_REQUEST = 10_000

@@ -7,12 +7,13 @@ from typing import Annotated, get_args
 
 from fastapi import APIRouter, Path, Query
 
+from service.api.json_body import StrictJsonRoute
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.catalog import AcceleratorList, AcceleratorRead
 from service.domain import hardware
 from service.domain.errors import NotFound
 
-router = APIRouter(tags=["hardware"])
+router = APIRouter(tags=["hardware"], route_class=StrictJsonRoute)
 
 
 @lru_cache(maxsize=128)

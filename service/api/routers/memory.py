@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.api.json_body import StrictJsonRoute
 from service.api.presenters.memory import domain_layout, in_request, memory_read, resolve_device
 from service.api.resolve import resolve_model
 from service.api.schemas.memory import MemoryRead, MemoryRequest
 from service.domain import memory as mem
 
-router = APIRouter(tags=["memory"])
+router = APIRouter(tags=["memory"], route_class=StrictJsonRoute)
 
 
 @router.post(

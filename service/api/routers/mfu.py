@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
-from service.api import problems
+from service.api import json_body, problems
 from service.api.deps import SettingsDep
 from service.api.handlers import domain_problem, validation_detail, validation_errors
+from service.api.json_body import StrictJsonRoute
 from service.api.openapi import register_component
 from service.api.resolve import resolve_accelerator, resolve_model, resolve_throughput, with_field_prefix
 from service.api.schemas.efficiency import (
@@ -24,7 +25,7 @@ from service.api.schemas.efficiency import (
 from service.domain import mfu
 from service.domain.errors import DomainError
 
-router = APIRouter(tags=["mfu"])
+router = APIRouter(tags=["mfu"], route_class=StrictJsonRoute)
 # The batch route reads its own body; its envelope schema is documented through the components.
 register_component(MfuBatchRequest)
 
@@ -136,14 +137,7 @@ def _batch_item(index: int, raw: Any) -> dict[str, Any]:
 async def compute_mfu_batch(request: Request, settings: SettingsDep) -> Response:
     # The body is parsed here, not by FastAPI, so that one bad item fails alone instead of the whole call.
     raw_body = await request.body()
-    try:
-        payload = orjson.loads(raw_body)
-    except orjson.JSONDecodeError as exc:
-        raise problems.ProblemError(
-            problems.VALIDATION_ERROR,
-            f"body: not valid JSON ({exc}); NaN and Infinity are not JSON numbers.",
-            errors=[{"field": "body", "message": "not valid JSON", "code": "json_invalid"}],
-        ) from None
+    payload = json_body.loads(raw_body)
     items = payload.get("items") if isinstance(payload, dict) else None
     extra_keys = set(payload) - {"items"} if isinstance(payload, dict) else set()
     limit = settings.max_batch_items

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from service.api.json_body import StrictJsonRoute
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.catalog import (
     ModelParameterCountsRead,
@@ -18,7 +19,7 @@ from service.api.schemas.catalog import (
 from service.domain import models
 from service.domain.errors import NotFound
 
-router = APIRouter(tags=["models"])
+router = APIRouter(tags=["models"], route_class=StrictJsonRoute)
 
 # ModelSpec fields that are derived or internal and not part of the `dimensions` request schema.
 _DIMENSION_FIELDS = (

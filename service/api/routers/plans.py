@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from service.api.calibration import CALIBRATION_PROBLEMS, calibration_read, resolve_calibration
+from service.api.json_body import StrictJsonRoute
 from service.api.presenters.memory import layout_read
 from service.api.presenters.plans import candidate_read, plan_reading, search_layouts
 from service.api.presenters.predictions import (
@@ -16,7 +17,7 @@ from service.api.presenters.predictions import (
 from service.api.resolve import resolve_model
 from service.api.schemas.plans import InfeasibleGroupRead, PlanRead, PlanRequest
 
-router = APIRouter(tags=["plans"])
+router = APIRouter(tags=["plans"], route_class=StrictJsonRoute)
 
 
 @router.post(

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from service.api.calibration import CALIBRATION_PROBLEMS, resolve_calibration
+from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, negotiate, representations
 from service.api.presenters.memory import (
     domain_layout,
@@ -24,7 +25,7 @@ from service.api.presenters.predictions import (
 from service.api.resolve import resolve_model
 from service.api.schemas.predictions import StepPredictionRead, StepPredictionRequest
 
-router = APIRouter(tags=["predictions"])
+router = APIRouter(tags=["predictions"], route_class=StrictJsonRoute)
 
 
 @router.post(

@@ -6,11 +6,12 @@ import copy
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from pydantic import AwareDatetime, TypeAdapter
+from pydantic import TypeAdapter
 from sqlalchemy import Engine
 from starlette.responses import Response
 
 from service import plots
+from service.api.cursors import CursorCodec, cursor_codec
 from service.api.deps import (
     SECURITY_REQUIREMENT,
     Reader,
@@ -21,7 +22,9 @@ from service.api.deps import (
     measurement_ingest,
     principal_rechecked_on_write,
 )
+from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
+from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
 from service.api.schemas.runs import (
     MEASUREMENT_EXAMPLE,
     MEASUREMENTS_EXAMPLE,
@@ -43,10 +46,12 @@ from service.api.services import comparison, efficiency, measurement_history, ru
 from service.api.services import runs as service
 from service.store.run_filters import RunFilters
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
-RunId = Annotated[str, Path(min_length=1, max_length=32, description="the run's id (`run_…`)")]
+RunId = Annotated[
+    str, Path(min_length=1, max_length=32, pattern=RUN_ID_PATTERN, description="the run's id (`run_…`)")
+]
 
 
 def _inline_refs(node: Any, definitions: dict[str, Any]) -> Any:
@@ -190,22 +195,26 @@ def create_run(
 def list_runs(
     reader: Reader,
     accelerator: Annotated[
-        str | None, Query(max_length=100, description="catalog id or device name, or `custom`")
+        str | None,
+        Query(max_length=100, pattern=NO_NUL_PATTERN, description="catalog id or device name, or `custom`"),
     ] = None,
-    model: Annotated[str | None, Query(max_length=200, description="preset id or model name")] = None,
-    min_parameters: Annotated[int | None, Query(ge=0)] = None,
-    max_parameters: Annotated[int | None, Query(ge=0)] = None,
-    tag: Annotated[list[str] | None, Query(max_length=10, description="runs with every tag given")] = None,
-    cluster: Annotated[str | None, Query(max_length=200)] = None,
+    model: Annotated[
+        str | None, Query(max_length=200, pattern=NO_NUL_PATTERN, description="preset id or model name")
+    ] = None,
+    min_parameters: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    max_parameters: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    tag: Annotated[list[Text] | None, Query(max_length=10, description="runs with every tag given")] = None,
+    cluster: Annotated[str | None, Query(max_length=200, pattern=NO_NUL_PATTERN)] = None,
     status: RunStatus | None = None,
-    started_after: Annotated[AwareDatetime | None, Query(description="inclusive")] = None,
-    started_before: Annotated[AwareDatetime | None, Query(description="exclusive")] = None,
+    started_after: Annotated[UtcDatetime | None, Query(description="inclusive")] = None,
+    started_before: Annotated[UtcDatetime | None, Query(description="exclusive")] = None,
     min_mfu: Annotated[float | None, Query(ge=0, le=1, description="on the run's median MFU")] = None,
     max_mfu: Annotated[float | None, Query(ge=0, le=1)] = None,
     sort: RunSort = "started_at",
     order: SortOrder = "desc",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursors: CursorCodec = Depends(cursor_codec),
 ) -> RunPage:
     filters = RunFilters(
         accelerator=service.normalise_accelerator(accelerator),
@@ -229,6 +238,7 @@ def list_runs(
             order=order,
             limit=limit,
             cursor=cursor,
+            cursors=cursors,
         )
 
 
@@ -304,10 +314,11 @@ async def add_measurements(run_id: RunId, request: Request) -> Response:
 def list_measurements(
     run_id: RunId,
     reader: Reader,
-    min_step: Annotated[int | None, Query(ge=0)] = None,
-    max_step: Annotated[int | None, Query(ge=0)] = None,
+    min_step: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    max_step: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursors: CursorCodec = Depends(cursor_codec),
 ) -> MeasurementPage:
     with reader.unit_of_work() as uow:
         return measurement_history.list_measurements(
@@ -318,6 +329,7 @@ def list_measurements(
             cursor=cursor,
             min_step=min_step,
             max_step=max_step,
+            cursors=cursors,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.api.json_body import StrictJsonRoute
 from service.api.problems import INVALID_INPUT, ProblemError
 from service.api.resolve import resolve_accelerator, with_field_prefix
 from service.api.schemas.scaling import (
@@ -21,7 +22,7 @@ from service.api.schemas.scaling import (
 )
 from service.domain import hardware, scaling
 
-router = APIRouter(tags=["compute-optimal"])
+router = APIRouter(tags=["compute-optimal"], route_class=StrictJsonRoute)
 
 #: MFUs a hardware budget is also answered at (the seed's point: 30% → 60% doubles the compute).
 OTHER_MFUS = (0.3, 0.4, 0.5, 0.6)

@@ -7,6 +7,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from service import plots
+from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import (
     CSV,
     JSON,
@@ -27,7 +28,7 @@ from service.api.schemas.schedules import (
 )
 from service.domain import schedules
 
-router = APIRouter(tags=["schedules"])
+router = APIRouter(tags=["schedules"], route_class=StrictJsonRoute)
 
 OFFERED = (JSON, CSV, SVG, PNG)
 

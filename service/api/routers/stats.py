@@ -7,12 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service.api.deps import Reader
+from service.api.json_body import StrictJsonRoute
+from service.api.schemas.fields import NO_NUL_PATTERN, RUN_ID_PATTERN
 from service.api.schemas.runs import SizeClassName
 from service.api.schemas.stats import FleetMfuStats
 from service.api.services import fleet_stats
 from service.api.services import runs as service
 
-router = APIRouter(tags=["stats"])
+router = APIRouter(tags=["stats"], route_class=StrictJsonRoute)
 
 
 @router.get(
@@ -30,10 +32,11 @@ router = APIRouter(tags=["stats"])
 def get_fleet_mfu_stats(
     reader: Reader,
     accelerator: Annotated[
-        str | None, Query(max_length=100, description="catalog id or device name, or `custom`")
+        str | None,
+        Query(max_length=100, pattern=NO_NUL_PATTERN, description="catalog id or device name, or `custom`"),
     ] = None,
     size_class: SizeClassName | None = None,
-    run_id: Annotated[str | None, Query(min_length=1, max_length=32)] = None,
+    run_id: Annotated[str | None, Query(min_length=1, max_length=32, pattern=RUN_ID_PATTERN)] = None,
 ) -> FleetMfuStats:
     with reader.unit_of_work() as uow:
         return fleet_stats.fleet_mfu_stats(

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.api.schemas.fields import JsonObject, Text
+
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
 RecomputeName = Literal["none", "selective", "full"]
 ConventionName = Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
@@ -38,7 +40,7 @@ class ModelDimensions(ApiModel):
     ``n_kv_heads`` = ``n_heads``, ``head_dim`` = ``d_model / n_heads``, ``d_ff`` = 4·d_model (plain)
     or Llama's 8/3·d_model rounded up to 256 (gated)."""
 
-    name: str = Field(default="custom", max_length=200)
+    name: Text = Field(default="custom", max_length=200)
     n_layers: PositiveInt
     d_model: PositiveInt
     n_heads: PositiveInt
@@ -76,9 +78,9 @@ class ModelDimensions(ApiModel):
 class ModelRef(ApiModel):
     """Exactly one of ``preset``, ``dimensions`` or ``hf_config``."""
 
-    preset: str | None = Field(default=None, max_length=100, description="id from GET /v1/models")
+    preset: Text | None = Field(default=None, max_length=100, description="id from GET /v1/models")
     dimensions: ModelDimensions | None = None
-    hf_config: dict[str, Any] | None = Field(
+    hf_config: JsonObject | None = Field(
         default=None,
         description="a Hugging Face config.json object (model_type llama, mistral, mixtral, qwen2, qwen2_moe, "
         "gemma, gemma2, gpt2, gpt_neox, opt, falcon, deepseek_v3)",
@@ -98,7 +100,7 @@ class ModelRef(ApiModel):
 class CustomAccelerator(ApiModel):
     """A part the catalog lacks: dense (non-sparse) peaks in TFLOP/s per precision."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Text = Field(min_length=1, max_length=100)
     peak_tflops: dict[PrecisionName, PositiveFloat] = Field(min_length=1, examples=[{"bf16": 989.4}])
     memory_bytes: PositiveInt | None = None
     hbm_bandwidth_bytes_per_second: PositiveFloat | None = None
@@ -110,7 +112,7 @@ class HardwareRef(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
     reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``."""
 
-    accelerator: str | None = Field(default=None, min_length=1, max_length=100)
+    accelerator: Text | None = Field(default=None, min_length=1, max_length=100)
     custom: CustomAccelerator | None = None
     count: PositiveInt = Field(description="devices in the job, as the framework counts devices")
 

@@ -1,12 +1,87 @@
-"""Bounds and field definitions shared by the performance requests (memory, predictions, plans)."""
+"""Bounds and field definitions shared by the requests: the performance requests' layout fields
+(memory, predictions, plans), and the types every request that reaches the store uses for text,
+times and integers, so that no value the database cannot hold gets past validation (a NUL byte, a
+time outside years 1-9999 once in UTC, an integer outside 64 bits were 500s on PostgreSQL)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
+    AwareDatetime,
     Field,
+    Strict,
 )
+
+#: PostgreSQL text cannot hold U+0000 ("invalid byte sequence for encoding UTF8: 0x00"; SQLite stores
+#: it and every later comparison is surprising): refused in every text a request sends. The pattern is
+#: the JSON schema's, so clients and fuzzers see the rule.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+#: What a validation error says for that pattern (service.api.handlers rewrites pydantic's message).
+NUL_MESSAGE = "must not contain the NUL character (\\u0000)"
+#: Ids in paths and queries (run ids): not empty, no NUL.
+RUN_ID_PATTERN = r"^[^\x00]+$"
+#: Text without NUL bytes; give lengths with ``Field(min_length=..., max_length=...)``.
+Text = Annotated[str, Field(pattern=NO_NUL_PATTERN)]
+
+
+def _json_without_nul(value: Any) -> Any:
+    """A free-form JSON object (a Hugging Face config) is stored as JSON: PostgreSQL's jsonb refuses
+    ``\\u0000`` in any of its strings or keys, so it is refused here."""
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise ValueError(NUL_MESSAGE + " in any key or string")
+        elif isinstance(node, dict):
+            pending.extend(node.keys())
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return value
+
+
+#: A JSON object stored as sent, without NUL characters.
+JsonObject = Annotated[dict[str, Any], AfterValidator(_json_without_nul)]
+
+#: BIGINT's range (PostgreSQL and SQLite integers are 64-bit signed): a larger filter value was a 500.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+def is_stored_int(value: Any) -> bool:
+    """An integer (not a boolean) that a BIGINT column can hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+
+
+#: A JSON integer, refused as a string (``"5"``), a boolean (``true``) or a float (``5.0``).
+StrictInt = Annotated[int, Strict()]
+#: A JSON number, refused as a string or a boolean.
+StrictFloat = Annotated[float, Strict()]
+
+
+def _representable_in_utc(value: datetime) -> datetime:
+    """A time whose offset pushes it outside years 1-9999 in UTC (``0001-01-01T00:00:00+23:59``)
+    cannot be stored or compared: refused, naming the field."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            "this time falls outside years 1-9999 once converted to UTC; give a time between "
+            "0001-01-02 and 9999-12-30"
+        ) from None
+    return value
+
+
+#: An ISO 8601 time with an offset (or Z) that stays within years 1-9999 in UTC.
+UtcDatetime = Annotated[
+    AwareDatetime,
+    AfterValidator(_representable_in_utc),
+    Field(description="ISO 8601 with an offset or Z, within years 1-9999 in UTC"),
+]
 
 #: Largest cluster a request may describe (devices).
 MAX_DEVICES = 1_048_576

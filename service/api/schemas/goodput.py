@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
 from service.api.schemas.common import ApiModel
+from service.api.schemas.fields import Text, UtcDatetime
 from service.domain.goodput import EventKind, Phase
 
 EVENT_EXAMPLE: dict[str, Any] = {
@@ -44,11 +45,11 @@ class EventIn(ApiModel):
     """One event of a run. Point events (``data_stall``, ``hang_detected``) carry the stall's length,
     ending at ``time``; every other kind marks an instant (a begin, an end, a failure)."""
 
-    event_id: Annotated[str, Field(min_length=1, max_length=100)] = Field(
+    event_id: Annotated[Text, Field(min_length=1, max_length=100)] = Field(
         description="unique within the run; a repeated id is ignored, so a retried POST is safe"
     )
     kind: EventKind
-    time: AwareDatetime = Field(description="when it happened (with a time zone)")
+    time: UtcDatetime = Field(description="when it happened (with a time zone)")
     step: Annotated[int, Field(ge=0, le=10**15)] | None = None
     attempt: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
         default=None, description="the job's attempt; default: the run's own attempt (0 without one)"
@@ -56,7 +57,7 @@ class EventIn(ApiModel):
     duration_seconds: Annotated[float, Field(ge=0, le=10**8)] | None = Field(
         default=None, description="for data_stall and hang_detected: how long the stall lasted"
     )
-    reason: Annotated[str, Field(max_length=500)] | None = Field(default=None, description="for failure")
+    reason: Annotated[Text, Field(max_length=500)] | None = Field(default=None, description="for failure")
 
 
 class EventsAdded(ApiModel):

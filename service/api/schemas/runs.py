@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     ConfigDict,
     Field,
     StringConstraints,
@@ -26,6 +25,7 @@ from service.api.schemas.common import (
     RecomputeName,
     ThroughputIn,
 )
+from service.api.schemas.fields import StrictFloat, StrictInt, Text, UtcDatetime
 from service.api.schemas.layout import LayoutRead
 from service.api.schemas.predictions import BreakdownComponentName
 
@@ -36,7 +36,7 @@ SortOrder = Literal["asc", "desc"]
 
 Tag = Annotated[
     str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\s,][^,]*$"),
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\s,\x00][^,\x00]*$"),
 ]
 MAX_TAGS = 50
 Layout = Annotated[int, Field(ge=1, le=1_000_000)]
@@ -107,9 +107,9 @@ class RunCreate(ApiModel):
         default=None, description="sequences per optimizer step (tokens = sequences × seq_len_tokens)"
     )
     parallelism: ParallelLayout = Field(default_factory=ParallelLayout)
-    framework: str | None = Field(default=None, max_length=100, examples=["megatron-lm 0.9"])
-    cluster: str | None = Field(default=None, min_length=1, max_length=200)
-    scheduler_job_id: str | None = Field(
+    framework: Text | None = Field(default=None, max_length=100, examples=["megatron-lm 0.9"])
+    cluster: Text | None = Field(default=None, min_length=1, max_length=200)
+    scheduler_job_id: Text | None = Field(
         default=None,
         min_length=1,
         max_length=200,
@@ -126,7 +126,7 @@ class RunCreate(ApiModel):
         default=None, description="price of one device for one hour, in the caller's currency"
     )
     convention: ConventionName = Field(default="palm", description="FLOPs convention for MFU")
-    started_at: AwareDatetime | None = Field(default=None, description="default: now (UTC)")
+    started_at: UtcDatetime | None = Field(default=None, description="default: now (UTC)")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunCreate:
@@ -240,7 +240,7 @@ class RunUpdate(ApiModel):
     )
 
     status: RunStatus | None = None
-    finished_at: AwareDatetime | None = Field(
+    finished_at: UtcDatetime | None = Field(
         default=None, description="default: now, when the status becomes finished or failed"
     )
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
@@ -264,8 +264,8 @@ class RunUpdate(ApiModel):
 # Measurements
 
 
-_Positive = Annotated[float | None, Field(gt=0)]
-_PositiveCount = Annotated[int | None, Field(gt=0, le=10**12)]
+_Positive = Annotated[StrictFloat | None, Field(gt=0)]
+_PositiveCount = Annotated[StrictInt | None, Field(gt=0, le=10**12)]
 THROUGHPUT_FORMS = (
     "tokens_per_second",
     "tokens_per_second_per_device",
@@ -325,28 +325,27 @@ class MeasurementIn(TypedDict):
     # A TypedDict rather than a model: ingest validates up to 10,000 per request straight from the
     # JSON, and plain dicts are several times cheaper to build than model instances.
 
-    step: Annotated[int, Field(ge=0, le=10**12, description="completed optimizer steps")]
-    time: NotRequired[
-        Annotated[AwareDatetime | None, Field(description="when it was measured; default: now")]
-    ]
+    step: Annotated[StrictInt, Field(ge=0, le=10**12, description="completed optimizer steps")]
+    time: NotRequired[Annotated[UtcDatetime | None, Field(description="when it was measured; default: now")]]
     throughput: Annotated[ThroughputItem, AfterValidator(_one_throughput_form)]
-    loss: NotRequired[Annotated[float | None, Field(ge=0, description="nats per token")]]
+    loss: NotRequired[Annotated[StrictFloat | None, Field(ge=0, description="nats per token")]]
     memory_bytes: NotRequired[
         Annotated[
-            int | None, Field(ge=0, le=10**15, description="device memory in use (peak allocated), bytes")
+            StrictInt | None,
+            Field(ge=0, le=10**15, description="device memory in use (peak allocated), bytes"),
         ]
     ]
     grad_norm_sq_small: NotRequired[
         Annotated[
-            float | None,
+            StrictFloat | None,
             Field(ge=0, description="|G|² at batch_small_tokens (McCandlish et al. 2018 App. A)"),
         ]
     ]
     grad_norm_sq_big: NotRequired[
-        Annotated[float | None, Field(ge=0, description="|G|² at batch_big_tokens")]
+        Annotated[StrictFloat | None, Field(ge=0, description="|G|² at batch_big_tokens")]
     ]
-    batch_small_tokens: NotRequired[Annotated[int | None, Field(gt=0, le=10**12)]]
-    batch_big_tokens: NotRequired[Annotated[int | None, Field(gt=0, le=10**12)]]
+    batch_small_tokens: NotRequired[Annotated[StrictInt | None, Field(gt=0, le=10**12)]]
+    batch_big_tokens: NotRequired[Annotated[StrictInt | None, Field(gt=0, le=10**12)]]
 
 
 _NOISE_FIELDS = ("grad_norm_sq_small", "grad_norm_sq_big", "batch_small_tokens", "batch_big_tokens")
@@ -539,7 +538,7 @@ class RunCompareRequest(ApiModel):
         }
     )
 
-    run_ids: list[Annotated[str, Field(min_length=1, max_length=32)]] = Field(min_length=2, max_length=20)
+    run_ids: list[Annotated[Text, Field(min_length=1, max_length=32)]] = Field(min_length=2, max_length=20)
 
     @model_validator(mode="after")
     def _distinct(self) -> RunCompareRequest:

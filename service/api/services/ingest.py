@@ -30,6 +30,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
+from service.api import json_body
 from service.api.handlers import validation_problem
 from service.api.presenters.runs import run_summary
 from service.api.problems import invalid_api_key
@@ -77,12 +78,14 @@ def _adapters(max_items: int) -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
 
 
 def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
-    """One measurement object or a list of them, validated straight from the raw JSON (pydantic's
-    Rust parser; FastAPI's default path would build the Python objects twice)."""
+    """One measurement object or a list of them, decoded by the service's one JSON decoder (duplicate
+    keys refused: service.api.json_body) and validated as plain dicts (all or nothing)."""
     many, one = _adapters(max_items)
-    is_list = body.lstrip()[:1] != b"{"
+    decoded = json_body.loads(body)
     try:
-        parsed = many.validate_json(body) if is_list else [one.validate_json(body)]
+        parsed = (
+            many.validate_python(decoded) if isinstance(decoded, list) else [one.validate_python(decoded)]
+        )
     except ValidationError as exc:
         raise validation_problem(exc, root="body") from None
     return parsed

@@ -6,9 +6,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from service.api.cursors import CursorCodec
 from service.api.schemas.common import ThroughputIn
+from service.api.schemas.fields import is_stored_int
 from service.api.schemas.runs import MeasurementPage, MeasurementRead
-from service.api.services.runs import decode_cursor, encode_cursor, require_run
+from service.api.services.runs import require_run
 from service.domain.errors import InvalidInput
 from service.store import measurements as measurements_store
 from service.store.keys import Principal
@@ -49,13 +51,14 @@ def list_measurements(
     cursor: str | None,
     min_step: int | None,
     max_step: int | None,
+    cursors: CursorCodec,
 ) -> MeasurementPage:
     run = require_run(connection, tenant=principal.tenant, run_id=run_id)
     scope = f"{run.id}:{min_step}:{max_step}"
     after = None
     if cursor is not None:
-        payload = decode_cursor(cursor)
-        if payload.get("f") != scope or not isinstance(payload.get("k"), int):
+        payload = cursors.decode(cursor)
+        if payload.get("f") != scope or not is_stored_int(payload.get("k")):
             raise InvalidInput(
                 "this cursor belongs to another run or step range; pass next_cursor unchanged.",
                 field="query.cursor",
@@ -67,7 +70,7 @@ def list_measurements(
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor({"k": rows[-1].step, "f": scope})
+        next_cursor = cursors.encode({"k": rows[-1].step, "f": scope})
     return MeasurementPage(
         items=[_measurement_read(row) for row in rows], next_cursor=next_cursor, limit=limit
     )

@@ -5,18 +5,17 @@ A run of another tenant is not found (404), exactly as an unknown one.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from sqlalchemy import Connection
 
+from service.api.cursors import CursorCodec
 from service.api.presenters.runs import run_read
 from service.api.problems import CONFLICT, NOT_FOUND, ProblemError
 from service.api.resolve import with_field_prefix
+from service.api.schemas.fields import is_stored_int
 from service.api.schemas.runs import MAX_TAGS, RunPage, RunRead, RunUpdate
 from service.domain import hardware, models
 from service.domain.errors import InvalidInput
@@ -48,22 +47,26 @@ def get_run(connection: Connection, *, principal: Principal, run_id: str) -> Run
     return run_read(require_run(connection, tenant=principal.tenant, run_id=run_id))
 
 
-def encode_cursor(payload: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps(payload)).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, field: str = "query.cursor") -> dict[str, Any]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        payload = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(payload, dict):
-            raise ValueError
-        return payload
-    except (ValueError, binascii.Error, orjson.JSONDecodeError):
-        raise InvalidInput(
-            "cursor is not one this service issued; pass next_cursor from the previous page unchanged.",
-            field=field,
-        ) from None
+def _run_position(payload: dict[str, Any], sort: str) -> tuple[Any, int]:
+    """The (sort value, pk) a signed cursor holds, each checked against what the column can hold."""
+    damaged = InvalidInput("cursor is damaged; pass next_cursor unchanged.", field="query.cursor")
+    value, pk = payload.get("v"), payload.get("k")
+    if not is_stored_int(pk) or pk < 1:
+        raise damaged
+    if sort == "started_at":
+        if not isinstance(value, str):
+            raise damaged
+        try:
+            moment = datetime.fromisoformat(value)
+            if moment.tzinfo is None:
+                raise ValueError
+            moment.astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise damaged from None
+        return moment, pk
+    if isinstance(value, bool) or not isinstance(value, int | float) or not store.NO_MFU <= value <= 1:
+        raise damaged
+    return float(value), pk
 
 
 def _filters_hash(filters: run_filters_store.RunFilters, sort: str, order: str) -> str:
@@ -95,6 +98,7 @@ def list_runs(
     order: str,
     limit: int,
     cursor: str | None,
+    cursors: CursorCodec,
 ) -> RunPage:
     if (
         filters.min_parameters is not None
@@ -107,22 +111,14 @@ def list_runs(
     fingerprint = _filters_hash(filters, sort, order)
     after: tuple[Any, int] | None = None
     if cursor is not None:
-        payload = decode_cursor(cursor)
+        payload = cursors.decode(cursor)
         if payload.get("f") != fingerprint:
             raise InvalidInput(
                 "this cursor belongs to a listing with other filters or another sort; start again "
                 "without a cursor, or keep the filters and sort of the first page.",
                 field="query.cursor",
             )
-        try:
-            value = payload["v"]
-            if sort == "started_at":
-                value = datetime.fromisoformat(value)
-            after = (value, int(payload["k"]))
-        except (KeyError, TypeError, ValueError):
-            raise InvalidInput(
-                "cursor is damaged; pass next_cursor unchanged.", field="query.cursor"
-            ) from None
+        after = _run_position(payload, sort)
     rows = run_filters_store.list_runs(
         connection,
         tenant=principal.tenant,
@@ -141,7 +137,7 @@ def list_runs(
             if sort == "started_at"
             else (last.median_mfu if last.median_mfu is not None else store.NO_MFU)
         )
-        next_cursor = encode_cursor({"v": value, "k": last.pk, "f": fingerprint})
+        next_cursor = cursors.encode({"v": value, "k": last.pk, "f": fingerprint})
     return RunPage(
         items=[run_read(run) for run in rows],
         next_cursor=next_cursor,

@@ -1,0 +1,86 @@
+"""Page cursors: opaque to clients, signed by the server, checked before anything in them is used.
+
+A cursor is ``base64url(JSON payload) . base64url(HMAC-SHA256(key, payload)[:16])``. A cursor that
+was not issued by a server with the same key (hand-made, edited, truncated) is a 422 naming
+``query.cursor``; its payload is never read. The services still check every value in a genuine one
+(types and ranges), so that even a leaked key cannot reach the database with a value it cannot hold.
+
+The key: ``TEFF_CURSOR_SECRET`` when set; otherwise derived from the database URL, so that every
+replica serving one database accepts the others' cursors without configuration (a key made per
+process would refuse a cursor whenever a load balancer sends the next page to another replica).
+Anyone who knows the URL could then sign a cursor; set the secret where that matters. A cursor only
+positions a listing within the caller's own tenant (the tenant comes from the API key), so a forged
+one can at worst skip rows the caller may read anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from typing import Any
+
+import orjson
+from fastapi import Request
+
+from service.domain.errors import InvalidInput
+from service.settings import Settings
+
+#: Bytes of the HMAC kept in a cursor: 128 bits, beyond guessing, and a short query parameter.
+SIGNATURE_BYTES = 16
+_KEY_CONTEXT = b"teff-cursor-v1\x00"
+FOREIGN_CURSOR = "cursor is not one this service issued; pass next_cursor from the previous page unchanged."
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode("ascii"))
+
+
+class CursorCodec:
+    """Signs and checks the cursors of one service (one key)."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: bytes) -> None:
+        self._key = hashlib.sha256(_KEY_CONTEXT + secret).digest()
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> CursorCodec:
+        secret = settings.cursor_secret
+        if secret is not None:
+            return cls(secret.get_secret_value().encode())
+        return cls(b"database:" + settings.effective_database_url.encode())
+
+    def _signature(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()[:SIGNATURE_BYTES]
+
+    def encode(self, payload: dict[str, Any]) -> str:
+        body = orjson.dumps(payload)
+        return f"{_b64encode(body)}.{_b64encode(self._signature(body))}"
+
+    def decode(self, cursor: str, field: str = "query.cursor") -> dict[str, Any]:
+        """The payload of a cursor this codec signed; InvalidInput (422) for anything else."""
+        body_text, dot, signature_text = cursor.partition(".")
+        try:
+            if not dot or not cursor.isascii():
+                raise ValueError
+            body = _b64decode(body_text)
+            if not hmac.compare_digest(_b64decode(signature_text), self._signature(body)):
+                raise ValueError
+            payload = orjson.loads(body)
+        except (ValueError, binascii.Error, orjson.JSONDecodeError):
+            raise InvalidInput(FOREIGN_CURSOR, field=field) from None
+        if not isinstance(payload, dict):
+            raise InvalidInput(FOREIGN_CURSOR, field=field)
+        return payload
+
+
+async def cursor_codec(request: Request) -> CursorCodec:
+    """The app's codec (a dependency; made by service.app.create_app)."""
+    codec: CursorCodec = request.app.state.cursor_codec
+    return codec
