@@ -19,9 +19,9 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 from typing import Any
 
-import orjson
 from fastapi import Request
 
 from service.domain.errors import InvalidInput
@@ -60,7 +60,8 @@ class CursorCodec:
         return hmac.new(self._key, payload, hashlib.sha256).digest()[:SIGNATURE_BYTES]
 
     def encode(self, payload: dict[str, Any]) -> str:
-        body = orjson.dumps(payload)
+        # stdlib json: a cursor is small, and orjson refuses integers past 64 bits
+        body = json.dumps(payload, separators=(",", ":")).encode()
         return f"{_b64encode(body)}.{_b64encode(self._signature(body))}"
 
     def decode(self, cursor: str, field: str = "query.cursor") -> dict[str, Any]:
@@ -72,8 +73,8 @@ class CursorCodec:
             body = _b64decode(body_text)
             if not hmac.compare_digest(_b64decode(signature_text), self._signature(body)):
                 raise ValueError
-            payload = orjson.loads(body)
-        except (ValueError, binascii.Error, orjson.JSONDecodeError):
+            payload = json.loads(body)
+        except (ValueError, binascii.Error):
             raise InvalidInput(FOREIGN_CURSOR, field=field) from None
         if not isinstance(payload, dict):
             raise InvalidInput(FOREIGN_CURSOR, field=field)

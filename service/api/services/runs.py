@@ -50,7 +50,8 @@ def get_run(connection: Connection, *, principal: Principal, run_id: str) -> Run
 def _run_position(payload: dict[str, Any], sort: str) -> tuple[Any, int]:
     """The (sort value, pk) a signed cursor holds, each checked against what the column can hold."""
     damaged = InvalidInput("cursor is damaged; pass next_cursor unchanged.", field="query.cursor")
-    value, pk = payload.get("v"), payload.get("k")
+    value: Any = payload.get("v")
+    pk: Any = payload.get("k")
     if not is_stored_int(pk) or pk < 1:
         raise damaged
     if sort == "started_at":
