@@ -49,20 +49,62 @@ def duplicate_key_problem(key: str, *, field: str = "body") -> problems.ProblemE
     )
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+class _NonFinite:
+    """Where the decoder met NaN, Infinity or -Infinity: kept in place so the problem can name the
+    field it stands in (``body.peak_lr``), not just "the body"."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _path_of_non_finite(value: Any, path: str) -> tuple[str, str] | None:
+    if isinstance(value, _NonFinite):
+        return path, value.name
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _path_of_non_finite(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _path_of_non_finite(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def non_finite_problem(field: str, name: str) -> problems.ProblemError:
+    message = f"{name} is not a JSON number; send a finite number"
+    return problems.ProblemError(
+        problems.VALIDATION_ERROR,
+        f"{field}: {message}.",
+        errors=[{"field": field, "message": message, "code": "json_non_finite_number"}],
+    )
 
 
 def loads(body: bytes | str) -> Any:
     """The JSON value of a body, or a ProblemError (422 validation-error) that says what is wrong:
     not JSON, a repeated key, NaN or Infinity (not JSON numbers, which Python's decoder would take),
     an integer of more digits than Python converts."""
+    constants: list[str] = []
+
+    def non_finite(name: str) -> _NonFinite:
+        constants.append(name)
+        return _NonFinite(name)
+
     try:
-        return json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=non_finite)
     except DuplicateKeyError as exc:
         raise duplicate_key_problem(exc.key) from None
-    except (ValueError, RecursionError):  # json.JSONDecodeError, the constants, int digit limit
+    except (ValueError, RecursionError):  # json.JSONDecodeError, int digit limit
         raise not_json_problem() from None
+    if constants:  # rare: only then is the decoded value walked, to name the field
+        found = _path_of_non_finite(value, "body")
+        field, name = found if found is not None else ("body", constants[0])
+        raise non_finite_problem(field, name)
+    return value
 
 
 class StrictJsonRequest(Request):

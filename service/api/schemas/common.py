@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.api.schemas.fields import JsonObject, Text
+from service.api.schemas.fields import JsonObject, StrictFloat, StrictInt, Text
 
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
 RecomputeName = Literal["none", "selective", "full"]
@@ -23,6 +23,8 @@ PositiveInt = Annotated[int, Field(gt=0, le=10**12)]
 #: The sequence length every model-based request takes (tokens per training sequence).
 SEQ_LEN_FIELD: Any = Field(le=10_000_000, description="tokens per sequence (context length used in training)")
 PositiveFloat = Annotated[float, Field(gt=0)]
+StrictPositiveInt = Annotated[StrictInt, Field(gt=0, le=10**12)]
+StrictPositiveFloat = Annotated[StrictFloat, Field(gt=0)]
 
 
 class ApiModel(BaseModel):
@@ -128,12 +130,14 @@ class ThroughputIn(ApiModel):
     ``tokens_per_second_per_device``, ``step_time_seconds`` with ``global_batch_tokens`` or
     ``global_batch_sequences``, or ``sequences_per_second`` (global samples/s)."""
 
-    tokens_per_second: PositiveFloat | None = None
-    tokens_per_second_per_device: PositiveFloat | None = None
-    step_time_seconds: PositiveFloat | None = None
-    global_batch_tokens: PositiveInt | None = None
-    global_batch_sequences: PositiveInt | None = None
-    sequences_per_second: PositiveFloat | None = None
+    # Strict like the measurement body's ThroughputItem (a test holds the two to the same answers):
+    # "5" and true are not numbers, whichever endpoint receives them.
+    tokens_per_second: StrictPositiveFloat | None = None
+    tokens_per_second_per_device: StrictPositiveFloat | None = None
+    step_time_seconds: StrictPositiveFloat | None = None
+    global_batch_tokens: StrictPositiveInt | None = None
+    global_batch_sequences: StrictPositiveInt | None = None
+    sequences_per_second: StrictPositiveFloat | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> ThroughputIn:
