@@ -84,6 +84,14 @@ def non_finite_problem(field: str, name: str) -> problems.ProblemError:
     )
 
 
+def _number(text: str) -> float | int:
+    """A JSON number with a fraction or exponent. JSON Schema's ``integer`` is any number with a zero
+    fraction (``110195.0`` is an integer to the contract), so such a number is decoded as an int and
+    the strict models take it where the contract says integer (and as a number everywhere else)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def loads(body: bytes | str) -> Any:
     """The JSON value of a body, or a ProblemError (422 validation-error) that says what is wrong:
     not JSON, a repeated key, NaN or Infinity (not JSON numbers, which Python's decoder would take),
@@ -95,7 +103,9 @@ def loads(body: bytes | str) -> Any:
         return _NonFinite(name)
 
     try:
-        value = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=non_finite)
+        value = json.loads(
+            body, object_pairs_hook=_unique_keys, parse_constant=non_finite, parse_float=_number
+        )
     except DuplicateKeyError as exc:
         raise duplicate_key_problem(exc.key) from None
     except (ValueError, RecursionError):  # json.JSONDecodeError, int digit limit

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from service.api.schemas.runs import RunLinks, RunParameterCountsRead, RunRead, RunSummary
+from typing import cast
+
+from service.api.schemas.common import ConventionName, PrecisionName
+from service.api.schemas.runs import (
+    RunLinks,
+    RunParameterCountsRead,
+    RunRead,
+    RunStatus,
+    RunSummary,
+    SizeClassName,
+)
 from service.domain import fleet
 from service.store import records as records_store
 
@@ -37,7 +47,7 @@ def run_read(run: records_store.RunRecord) -> RunRead:
     base = f"/v1/runs/{run.id}"
     return RunRead(
         id=run.id,
-        status=run.status,
+        status=cast("RunStatus", run.status),
         started_at=run.started_at,
         finished_at=run.finished_at,
         created_at=run.created_at,
@@ -49,12 +59,12 @@ def run_read(run: records_store.RunRecord) -> RunRead:
             active_per_token=run.parameters_active,
             non_embedding=run.parameters_non_embedding,
         ),
-        size_class=run.size_class,
+        size_class=cast("SizeClassName", run.size_class),
         hardware=spec["hardware"],
         accelerator_id=run.accelerator,
         accelerator_name=run.accelerator_name,
         device_count=run.device_count,
-        precision=run.precision,
+        precision=cast("PrecisionName", run.precision),
         seq_len_tokens=run.seq_len_tokens,
         global_batch_tokens=run.global_batch_tokens,
         global_batch_sequences=spec.get("global_batch_sequences"),
@@ -66,7 +76,7 @@ def run_read(run: records_store.RunRecord) -> RunRead:
         tags=list(run.tags),
         token_budget_tokens=run.token_budget_tokens,
         price_per_device_hour=run.price_per_device_hour,
-        convention=run.convention,
+        convention=cast("ConventionName", run.convention),
         model_flops_per_token=run.model_flops_per_token,
         hardware_flops_per_token=run.hardware_flops_per_token,
         peak_tflops_per_device=run.peak_tflops_per_device,

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path, Query
 from service.api.json_body import StrictJsonRoute
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.catalog import AcceleratorList, AcceleratorRead
+from service.api.schemas.fields import NO_NUL_PATTERN
 from service.domain import hardware
 from service.domain.errors import NotFound
 
@@ -52,12 +53,13 @@ async def list_accelerators(
         Query(
             min_length=1,
             max_length=100,
+            pattern=NO_NUL_PATTERN,
             description="a device string as a framework reports it (torch.cuda.get_device_name(), JAX "
             "device_kind), e.g. `NVIDIA H100 80GB HBM3`: answers the one matching part or 404 with close "
             "matches — never a guess",
         ),
     ] = None,
-    vendor: Annotated[str | None, Query(max_length=50)] = None,
+    vendor: Annotated[str | None, Query(max_length=50, pattern=NO_NUL_PATTERN)] = None,
 ) -> AcceleratorList:
     if device_name is not None:
         try:

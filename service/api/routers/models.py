@@ -16,6 +16,7 @@ from service.api.schemas.catalog import (
     ModelPresetRead,
     ModelPresetSummary,
 )
+from service.api.schemas.fields import NO_NUL_PATTERN
 from service.domain import models
 from service.domain.errors import NotFound
 
@@ -70,7 +71,9 @@ def _read(preset_id: str) -> ModelPresetRead:
 
 @router.get("/models", summary="List the model presets")
 async def list_model_presets(
-    family: Annotated[str | None, Query(max_length=50, description="only this family, e.g. llama")] = None,
+    family: Annotated[
+        str | None, Query(max_length=50, pattern=NO_NUL_PATTERN, description="only this family, e.g. llama")
+    ] = None,
 ) -> ModelPresetList:
     items = [
         _summary(preset)

@@ -213,7 +213,7 @@ def list_runs(
     sort: RunSort = "started_at",
     order: SortOrder = "desc",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL_PATTERN)] = None,
     cursors: CursorCodec = Depends(cursor_codec),
 ) -> RunPage:
     filters = RunFilters(
@@ -317,7 +317,7 @@ def list_measurements(
     min_step: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
     max_step: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL_PATTERN)] = None,
     cursors: CursorCodec = Depends(cursor_codec),
 ) -> MeasurementPage:
     with reader.unit_of_work() as uow:

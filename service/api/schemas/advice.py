@@ -10,6 +10,17 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from service.api.schemas.common import ApiModel, ModelRef
+from service.api.schemas.rules import (
+    RULE_IN_DESCRIPTION,
+    absent,
+    either,
+    equals,
+    given,
+    implies,
+    not_both,
+    only_with,
+    states,
+)
 from service.api.schemas.schedules import LrScheduleRequest, field_error
 
 __all__ = [
@@ -71,6 +82,7 @@ LossFitName = Literal["chinchilla_rounded", "chinchilla_unrounded", "epoch"]
 # LR advice
 
 
+@states(not_both("parameter_count", "model"), either("parameter_count", "model", "total_training_flops"))
 class LrAdviceRequest(ApiModel):
     """Give the size as ``parameter_count`` or ``model``, and/or the budget as ``total_training_flops``
     (or ``tokens`` with a size: C = M·D with DeepSeek's M when the model's dimensions and
@@ -185,7 +197,11 @@ class GradientNoiseIn(ApiModel):
     @model_validator(mode="after")
     def _big_above_small(self) -> GradientNoiseIn:
         if self.batch_big_tokens <= self.batch_small_tokens:
-            raise field_error("batch_big_tokens", "batch_big_tokens must be larger than batch_small_tokens")
+            raise field_error(
+                "batch_big_tokens",
+                "batch_big_tokens must be larger than batch_small_tokens",
+                code=RULE_IN_DESCRIPTION,
+            )
         return self
 
 
@@ -204,6 +220,21 @@ class BatchRampIn(ApiModel):
     )
 
 
+@states(
+    implies({"allOf": [given("model"), absent("loss")]}, given("tokens_seen")),
+    only_with("tokens_seen", "model"),
+    implies(
+        {"anyOf": [{"not": equals("critical_batch_model", "noise_scale")}, given("ramp")]},
+        either("loss", "model"),
+    ),
+    implies(
+        equals("critical_batch_model", "inverse_loss"),
+        {"allOf": [given("calibration_loss"), given("calibration_batch_tokens")]},
+    ),
+    implies(equals("critical_batch_model", "noise_scale"), given("gradient_noise")),
+    only_with("micro_batch_sequences", "seq_len_tokens"),
+    only_with("ramp", "model"),
+)
 class BatchAdviceRequest(ApiModel):
     """The current loss (or ``model`` + ``tokens_seen`` to predict it), the current batch, and what to
     estimate the critical batch from (``critical_batch_model``)."""

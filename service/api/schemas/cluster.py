@@ -14,8 +14,10 @@ from service.api.schemas.common import (
     CustomAccelerator,
 )
 from service.api.schemas.fields import MAX_DEVICES, Bandwidth
+from service.api.schemas.rules import exactly_one, states
 
 
+@states(exactly_one("accelerator", "custom"))
 class AcceleratorIn(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id or a framework device name) or ``custom``."""
 
@@ -29,6 +31,7 @@ class AcceleratorIn(ApiModel):
         return self
 
 
+@states(exactly_one("accelerator", "custom"))
 class ClusterIn(ApiModel):
     """The devices the job runs on: an accelerator (catalog id, device name, or ``custom``), how many,
     how many per node, and the scale-out bandwidth."""

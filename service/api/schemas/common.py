@@ -11,8 +11,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
+from pydantic_core import core_schema
 
-from service.api.schemas.fields import JsonObject, StrictFloat, StrictInt, Text
+from service.api.schemas import rules
+from service.api.schemas.fields import Bandwidth, JsonObject, StrictFloat, StrictInt, Text
+from service.api.schemas.rules import exactly_one, exactly_one_with, states
 
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
 RecomputeName = Literal["none", "selective", "full"]
@@ -31,10 +35,22 @@ class ApiModel(BaseModel):
     """Base of every request and response schema.
 
     Unknown fields are rejected (a misspelt ``tokens_per_sec`` must not silently give another
-    answer); NaN and Infinity are refused wherever a number is expected.
+    answer); NaN and Infinity are refused wherever a number is expected. Strict: a JSON value must
+    have the type the contract says (``"5"`` and ``true`` are not numbers, ``0`` is not a boolean,
+    ``5.0`` is not an integer); only date-times are parsed from their text (fields.UtcDatetime).
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Defined here, where pydantic collects it for every subclass as it is built: the
+        # cross-field rules a model states (service.api.schemas.rules.states) join its schema.
+        json_schema = handler(schema)
+        rules.add_to_json_schema(cls, handler.resolve_ref_schema(json_schema))
+        return json_schema
 
 
 class ModelDimensions(ApiModel):
@@ -77,6 +93,7 @@ class ModelDimensions(ApiModel):
     )
 
 
+@states(exactly_one("preset", "dimensions", "hf_config"))
 class ModelRef(ApiModel):
     """Exactly one of ``preset``, ``dimensions`` or ``hf_config``."""
 
@@ -103,13 +120,18 @@ class CustomAccelerator(ApiModel):
     """A part the catalog lacks: dense (non-sparse) peaks in TFLOP/s per precision."""
 
     name: Text = Field(min_length=1, max_length=100)
-    peak_tflops: dict[PrecisionName, PositiveFloat] = Field(min_length=1, examples=[{"bf16": 989.4}])
+    # Bounded below so that every time the models derive stays finite: a peak of 5e-324 TFLOP/s
+    # (a subnormal the schema allowed) divided by zero downstream.
+    peak_tflops: dict[PrecisionName, Annotated[float, Field(ge=1e-3, le=1e6)]] = Field(
+        min_length=1, examples=[{"bf16": 989.4}], description="TFLOP/s per precision, 0.001 to 1,000,000"
+    )
     memory_bytes: PositiveInt | None = None
-    hbm_bandwidth_bytes_per_second: PositiveFloat | None = None
-    intra_node_bandwidth_bytes_per_second: PositiveFloat | None = None
+    hbm_bandwidth_bytes_per_second: Bandwidth | None = None
+    intra_node_bandwidth_bytes_per_second: Bandwidth | None = None
     tdp_watts: PositiveFloat | None = None
 
 
+@states(exactly_one("accelerator", "custom"))
 class HardwareRef(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
     reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``."""
@@ -125,6 +147,12 @@ class HardwareRef(ApiModel):
         return self
 
 
+@states(
+    exactly_one(
+        "tokens_per_second", "tokens_per_second_per_device", "step_time_seconds", "sequences_per_second"
+    ),
+    exactly_one_with("step_time_seconds", "global_batch_tokens", "global_batch_sequences"),
+)
 class ThroughputIn(ApiModel):
     """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),
     ``tokens_per_second_per_device``, ``step_time_seconds`` with ``global_batch_tokens`` or

@@ -21,6 +21,17 @@ from service.api.schemas.common import (
 )
 from service.api.schemas.fields import MAX_GLOBAL_BATCH_SEQUENCES
 from service.api.schemas.performance import PredictionSummaryRead, PredictMfuIn
+from service.api.schemas.rules import (
+    RULE_IN_DESCRIPTION,
+    either,
+    exactly_one,
+    given,
+    implies,
+    inside,
+    not_both,
+    only_with,
+    states,
+)
 from service.api.schemas.schedules import field_error
 
 CONVENTION_FIELD: Any = Field(
@@ -203,6 +214,21 @@ class MfuBatchRead(ApiModel):
     failed: int
 
 
+@states(
+    not_both("total_training_flops", "model"),
+    {"anyOf": [given("total_training_flops"), {"allOf": [given("model"), given("seq_len_tokens")]}]},
+    exactly_one("mfu", "predict"),
+    implies(
+        given("predict"),
+        {
+            "anyOf": [
+                inside("predict", either("global_batch_sequences", "global_batch_tokens")),
+                given("batch_tokens"),
+            ]
+        },
+    ),
+    only_with("predict", "model", "seq_len_tokens"),
+)
 class TrainingEstimateRequest(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -253,7 +279,9 @@ class TrainingEstimateRequest(ApiModel):
     precision: PrecisionName = "bf16"
     tokens: PositiveFloat | None = Field(default=None, description="token budget")
     steps: PositiveInt | None = Field(default=None, description="with batch_tokens, instead of tokens")
-    batch_tokens: PositiveInt | None = None
+    batch_tokens: PositiveInt | None = Field(
+        default=None, description="tokens per step; with predict, a multiple of seq_len_tokens"
+    )
     mfu: float | None = Field(
         default=None, gt=0, le=1, description="the MFU the job runs at (fraction); or give predict instead"
     )
@@ -296,10 +324,16 @@ class TrainingEstimateRequest(ApiModel):
         if tokens is not None:
             if tokens % seq_len:
                 raise field_error(
-                    field, f"{field} ({tokens}) must be a multiple of seq_len_tokens ({seq_len})"
+                    field,
+                    f"{field} ({tokens}) must be a multiple of seq_len_tokens ({seq_len})",
+                    code=RULE_IN_DESCRIPTION,
                 )
             if tokens // seq_len > MAX_GLOBAL_BATCH_SEQUENCES:
-                raise field_error(field, f"at most {MAX_GLOBAL_BATCH_SEQUENCES} sequences per step")
+                raise field_error(
+                    field,
+                    f"at most {MAX_GLOBAL_BATCH_SEQUENCES} sequences per step",
+                    code=RULE_IN_DESCRIPTION,
+                )
         return self
 
 

@@ -5,15 +5,20 @@ time outside years 1-9999 once in UTC, an integer outside 64 bits were 500s on P
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     AwareDatetime,
+    BeforeValidator,
     Field,
     Strict,
 )
+from pydantic_core import PydanticCustomError
+
+from service.api.schemas.rules import RULE_IN_DESCRIPTION
 
 #: PostgreSQL text cannot hold U+0000 ("invalid byte sequence for encoding UTF8: 0x00"; SQLite stores
 #: it and every later comparison is surprising): refused in every text a request sends. The pattern is
@@ -35,7 +40,7 @@ def _json_without_nul(value: Any) -> Any:
         node = pending.pop()
         if isinstance(node, str):
             if "\x00" in node:
-                raise ValueError(NUL_MESSAGE + " in any key or string")
+                raise PydanticCustomError(RULE_IN_DESCRIPTION, NUL_MESSAGE + " in any key or string")
         elif isinstance(node, dict):
             pending.extend(node.keys())
             pending.extend(node.values())
@@ -45,7 +50,11 @@ def _json_without_nul(value: Any) -> Any:
 
 
 #: A JSON object stored as sent, without NUL characters.
-JsonObject = Annotated[dict[str, Any], AfterValidator(_json_without_nul)]
+JsonObject = Annotated[
+    dict[str, Any],
+    AfterValidator(_json_without_nul),
+    Field(description="a JSON object; no key or string in it may hold the NUL character (\\u0000)"),
+]
 
 #: BIGINT's range (PostgreSQL and SQLite integers are 64-bit signed): a larger filter value was a 500.
 INT64_MAX = 2**63 - 1
@@ -76,9 +85,25 @@ def _representable_in_utc(value: datetime) -> datetime:
     return value
 
 
-#: An ISO 8601 time with an offset (or Z) that stays within years 1-9999 in UTC.
+_ISO_8601_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    """The contract says ``format: date-time`` (RFC 3339 text): pydantic's lax parsing would also take
+    a number or a numeric string as Unix seconds, which the schema does not allow."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_8601_DATE_TIME.match(value):
+        raise ValueError("give an ISO 8601 date-time with an offset, such as 2026-01-31T12:00:00Z")
+    return value
+
+
+#: An ISO 8601 time with an offset (or Z) that stays within years 1-9999 in UTC. Lax (request models
+#: are strict) so that JSON's text becomes a datetime, but text only.
 UtcDatetime = Annotated[
     AwareDatetime,
+    Strict(False),
+    BeforeValidator(_iso_text),
     AfterValidator(_representable_in_utc),
     Field(description="ISO 8601 with an offset or Z, within years 1-9999 in UTC"),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, Strict
 
 from service.api.schemas.common import ApiModel
 from service.api.schemas.fields import Text, UtcDatetime
@@ -48,7 +48,7 @@ class EventIn(ApiModel):
     event_id: Annotated[Text, Field(min_length=1, max_length=100)] = Field(
         description="unique within the run; a repeated id is ignored, so a retried POST is safe"
     )
-    kind: EventKind
+    kind: Annotated[EventKind, Strict(False)]  # JSON text → the enum (request models are strict)
     time: UtcDatetime = Field(description="when it happened (with a time zone)")
     step: Annotated[int, Field(ge=0, le=10**15)] | None = None
     attempt: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(

@@ -30,9 +30,14 @@ from service.api.schemas.fields import (
     ZeroStage,
     ZeroStageAlias,
 )
+from service.api.schemas.rules import RULE_IN_DESCRIPTION, equals, implies, inside, needs_at_least, states
 from service.api.schemas.schedules import field_error
 
 
+@states(
+    needs_at_least(("first_stage_layers", "last_stage_layers"), "pp", 2),
+    implies(equals("distributed_optimizer", True), inside("zero_stage", {"enum": [0, 1]})),
+)
 class LayoutIn(ApiModel):
     """How the job is split over devices (devices = tp·pp·dp·cp; ``ep`` is carved out of dp·cp), the
     micro-batch and the memory/time options that go with it.
@@ -191,6 +196,7 @@ class LayoutIn(ApiModel):
                 "shard_group_size",
                 f"shard_group_size ({self.shard_group_size}) must divide dp·cp ({ranks}): hybrid sharding "
                 "shards within groups of that many data-parallel ranks and replicates across them",
+                code=RULE_IN_DESCRIPTION,
             )
         return self
 

@@ -26,6 +26,7 @@ from service.api.schemas.fields import (
     OptimizerName,
 )
 from service.api.schemas.layout import LayoutIn, LayoutRead
+from service.api.schemas.rules import given, implies, inside, states
 from service.api.schemas.schedules import field_error
 
 
@@ -41,6 +42,7 @@ class OptimizerRead(ApiModel):
     source: str
 
 
+@states(inside("hardware", implies(given("custom"), inside("custom", given("memory_bytes")))))
 class MemoryRequest(ApiModel):
     """Memory per device for a model, a layout and a micro-batch; with ``hardware``, whether it fits."""
 

@@ -24,6 +24,7 @@ from service.api.schemas.fields import (
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.plans import PlanConstraintsIn
 from service.api.schemas.predictions import BreakdownComponentName
+from service.api.schemas.rules import not_both, states
 from service.api.schemas.schedules import field_error
 
 
@@ -44,6 +45,7 @@ class PredictionSummaryRead(ApiModel):
     reading: str
 
 
+@states(not_both("layout", "constraints"), not_both("global_batch_sequences", "global_batch_tokens"))
 class PredictMfuIn(ApiModel):
     """Predict the MFU a training estimate runs at, instead of giving it. The estimate's ``model``,
     ``seq_len_tokens``, ``hardware`` (accelerator and count), ``precision`` and ``convention`` describe the

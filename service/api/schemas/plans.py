@@ -41,9 +41,16 @@ from service.api.schemas.predictions import (
     BatchFields,
     BreakdownComponentName,
 )
+from service.api.schemas.rules import RULE_IN_DESCRIPTION, given, implies, inside, states
 from service.api.schemas.schedules import field_error
 
 
+@states(
+    implies(
+        {"allOf": [{"anyOf": [given("first_stage_layers"), given("last_stage_layers")]}, given("pp_values")]},
+        inside("pp_values", {"contains": {"minimum": 2}}),
+    )
+)
 class PlanConstraintsIn(ApiModel):
     """What the search may vary (omitted: the model and the cluster decide)."""
 
@@ -64,7 +71,9 @@ class PlanConstraintsIn(ApiModel):
         default=8, description="interleaving: most chunks per device (1 = no interleaving)"
     )
     min_micro_batch_sequences: MicroBatch = 1
-    max_micro_batch_sequences: MicroBatch | None = None
+    max_micro_batch_sequences: MicroBatch | None = Field(
+        default=None, description="at least min_micro_batch_sequences"
+    )
     sequence_parallel: bool | None = Field(default=None, description="default: on whenever tp > 1")
     flash_attention: bool = True
     fp32_grad_accumulation: bool = False
@@ -142,7 +151,9 @@ class PlanConstraintsIn(ApiModel):
             and self.max_micro_batch_sequences < self.min_micro_batch_sequences
         ):
             raise field_error(
-                "max_micro_batch_sequences", "max_micro_batch_sequences must be ≥ min_micro_batch_sequences"
+                "max_micro_batch_sequences",
+                "max_micro_batch_sequences must be ≥ min_micro_batch_sequences",
+                code=RULE_IN_DESCRIPTION,
             )
         return self
 

@@ -31,6 +31,7 @@ from service.api.schemas.fields import (
 )
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.memory import MemorySummaryRead
+from service.api.schemas.rules import RULE_IN_DESCRIPTION, exactly_one, states
 from service.api.schemas.schedules import field_error
 
 BreakdownComponentName = Literal[
@@ -62,6 +63,7 @@ UNCERTAINTY_FIELD: Any = Field(
 )
 
 
+@states(exactly_one("global_batch_sequences", "global_batch_tokens"))
 class BatchFields(ApiModel):
     """Exactly one of ``global_batch_sequences`` or ``global_batch_tokens`` (a multiple of seq_len)."""
 
@@ -83,11 +85,13 @@ class BatchFields(ApiModel):
                     "global_batch_tokens",
                     f"global_batch_tokens ({self.global_batch_tokens}) must be a multiple of seq_len_tokens "
                     f"({self.seq_len_tokens})",
+                    code=RULE_IN_DESCRIPTION,
                 )
             if self.global_batch_tokens // self.seq_len_tokens > MAX_GLOBAL_BATCH_SEQUENCES:
                 raise field_error(
                     "global_batch_tokens",
                     f"global_batch_tokens / seq_len_tokens must be at most {MAX_GLOBAL_BATCH_SEQUENCES} sequences",
+                    code=RULE_IN_DESCRIPTION,
                 )
         return self
 

@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
     with_config,
 )
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from service.api.schemas.calibration import CalibrationRead
@@ -28,6 +29,17 @@ from service.api.schemas.common import (
 from service.api.schemas.fields import StrictFloat, StrictInt, Text, UtcDatetime
 from service.api.schemas.layout import LayoutRead
 from service.api.schemas.predictions import BreakdownComponentName
+from service.api.schemas.rules import (
+    RULE_IN_DESCRIPTION,
+    equals,
+    exactly_one,
+    exactly_one_with,
+    implies,
+    not_both,
+    only_with,
+    states,
+    together,
+)
 
 RunStatus = Literal["running", "finished", "failed"]
 SizeClassName = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
@@ -58,6 +70,16 @@ _CREATE_EXAMPLE: dict[str, Any] = {
 }
 
 
+@states(
+    implies(
+        {
+            "required": ["virtual_pipeline_stages"],
+            "properties": {"virtual_pipeline_stages": {"type": "integer", "minimum": 2}},
+        },
+        {"required": ["pp"], "properties": {"pp": {"minimum": 2}}},
+    ),
+    implies(equals("sequence_parallel", True), {"required": ["tp"], "properties": {"tp": {"minimum": 2}}}),
+)
 class ParallelLayout(ApiModel):
     """How the job is split. ``dp`` may be omitted: it is then devices ÷ (tp·pp·cp). Devices =
     tp·pp·cp·dp; expert parallelism (``ep``) works within data × context parallelism."""
@@ -91,6 +113,11 @@ class ParallelLayout(ApiModel):
         return self
 
 
+@states(
+    exactly_one("global_batch_tokens", "global_batch_sequences"),
+    only_with("attempt", "scheduler_job_id"),
+    only_with("scheduler_job_id", "cluster"),
+)
 class RunCreate(ApiModel):
     """A training run as the scheduler knows it when the job starts."""
 
@@ -226,6 +253,7 @@ class RunPage(ApiModel):
     order: SortOrder
 
 
+@states(not_both("tags", "add_tags", "remove_tags"))
 class RunUpdate(ApiModel):
     """Change status, tags, finish time, budget or price. ``running`` → ``finished`` | ``failed``;
     those two are final (another status is 409; the same one again is a no-op). ``tags`` replaces the
@@ -275,9 +303,21 @@ THROUGHPUT_FORMS = (
 
 
 _RATE_FORMS = frozenset(THROUGHPUT_FORMS) - {"step_time_seconds"}
+#: ThroughputIn's cross-field rules, stated in the schema (service.api.schemas.rules).
+THROUGHPUT_RULES = (
+    exactly_one(*THROUGHPUT_FORMS),
+    exactly_one_with("step_time_seconds", "global_batch_tokens", "global_batch_sequences"),
+)
 
 
-@with_config(ConfigDict(extra="forbid", allow_inf_nan=False, title="ThroughputItem"))
+@with_config(
+    ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        title="ThroughputItem",
+        json_schema_extra={"allOf": list(THROUGHPUT_RULES)},
+    )
+)
 class ThroughputItem(TypedDict, total=False):
     """One measured throughput, in exactly one of four forms: ``tokens_per_second`` (global),
     ``tokens_per_second_per_device``, ``step_time_seconds`` with ``global_batch_tokens`` or
@@ -318,7 +358,17 @@ def _one_throughput_form(value: ThroughputItem) -> ThroughputItem:
     return value
 
 
-@with_config(ConfigDict(extra="forbid", allow_inf_nan=False, title="MeasurementIn"))
+_NOISE_FIELDS = ("grad_norm_sq_small", "grad_norm_sq_big", "batch_small_tokens", "batch_big_tokens")
+
+
+@with_config(
+    ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        title="MeasurementIn",
+        json_schema_extra={"allOf": [together(*_NOISE_FIELDS)]},
+    )
+)
 class MeasurementIn(TypedDict):
     """One measurement. A (run, step) is stored once: a repeated step is ignored (first write wins)."""
 
@@ -345,10 +395,9 @@ class MeasurementIn(TypedDict):
         Annotated[StrictFloat | None, Field(ge=0, description="|G|² at batch_big_tokens")]
     ]
     batch_small_tokens: NotRequired[Annotated[StrictInt | None, Field(gt=0, le=10**12)]]
-    batch_big_tokens: NotRequired[Annotated[StrictInt | None, Field(gt=0, le=10**12)]]
-
-
-_NOISE_FIELDS = ("grad_norm_sq_small", "grad_norm_sq_big", "batch_small_tokens", "batch_big_tokens")
+    batch_big_tokens: NotRequired[
+        Annotated[StrictInt | None, Field(gt=0, le=10**12, description="larger than batch_small_tokens")]
+    ]
 
 
 def _noise_readings_together(item: MeasurementIn) -> MeasurementIn:
@@ -361,7 +410,9 @@ def _noise_readings_together(item: MeasurementIn) -> MeasurementIn:
             "batch_small_tokens and batch_big_tokens"
         )
     if given and item["batch_big_tokens"] <= item["batch_small_tokens"]:  # type: ignore[operator]
-        raise ValueError("batch_big_tokens must be larger than batch_small_tokens")
+        raise PydanticCustomError(
+            RULE_IN_DESCRIPTION, "batch_big_tokens must be larger than batch_small_tokens"
+        )
     return item
 
 
@@ -538,7 +589,9 @@ class RunCompareRequest(ApiModel):
         }
     )
 
-    run_ids: list[Annotated[Text, Field(min_length=1, max_length=32)]] = Field(min_length=2, max_length=20)
+    run_ids: list[Annotated[Text, Field(min_length=1, max_length=32)]] = Field(
+        min_length=2, max_length=20, json_schema_extra={"uniqueItems": True}
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> RunCompareRequest:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from service.api.schemas.common import ApiModel, HardwareRef, PrecisionName
+from service.api.schemas.rules import either, not_both, only_with, states
 from service.api.schemas.schedules import field_error
 
 __all__ = [
@@ -54,6 +55,13 @@ MIN_TRAINING_FLOPS = 1e6
 ConstantsKind = Literal["rounded", "unrounded", "refit"]
 
 
+@states(
+    not_both("total_training_flops", "hardware"),
+    either("total_training_flops", "hardware"),
+    only_with("hardware", "wall_clock_hours", "mfu"),
+    only_with("wall_clock_hours", "hardware"),
+    only_with("mfu", "hardware"),
+)
 class ComputeOptimalRequest(ApiModel):
     """The budget as ``total_training_flops``, or as ``hardware`` × ``wall_clock_hours`` × ``mfu`` (practical
     compute = devices × dense peak at ``precision`` × MFU × seconds)."""

@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.api.schemas.common import ApiModel
+from service.api.schemas.rules import not_both, states
 
 __all__ = [
     "MAX_REQUESTED_STEPS",
@@ -65,6 +66,7 @@ def field_error(field: str, message: str, *, code: str = "value_error") -> Valid
     )
 
 
+@states(not_both("steps", "points", "every", "until_step"), not_both("points", "every"))
 class LrScheduleRequest(ApiModel):
     """A schedule and what to answer: the LR at ``steps``, or the run sampled (``points`` or ``every``).
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection
 
 from service.api.presenters.runs import seconds_to_budget
 from service.api.problems import NOT_FOUND, ProblemError
-from service.api.schemas.runs import ParallelLayoutRead, RunCompareRequest, RunComparison, RunComparisonItem
+from service.api.schemas.runs import (
+    ParallelLayoutRead,
+    RunCompareRequest,
+    RunComparison,
+    RunComparisonItem,
+    RunStatus,
+)
 from service.domain import fleet, hardware
 from service.store import records as records_store
 from service.store import runs as store
@@ -58,7 +64,7 @@ def _comparison_item(run: records_store.RunRecord) -> RunComparisonItem:
             budget_at_median = seconds_per_billion * run.token_budget_tokens / fleet.BILLION
     return RunComparisonItem(
         run_id=run.id,
-        status=run.status,
+        status=cast("RunStatus", run.status),
         model_name=run.model_name,
         accelerator_id=run.accelerator,
         device_count=run.device_count,

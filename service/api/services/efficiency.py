@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from sqlalchemy import Connection
 
 from service.api.presenters.runs import seconds_to_budget
-from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, SeriesPointRead
+from service.api.schemas.common import ConventionName, PrecisionName
+from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, RunStatus, SeriesPointRead
 from service.api.services.prediction import PredictedVsMeasured
 from service.api.services.prediction import predicted_vs_measured as run_prediction
 from service.api.services.runs import require_run
@@ -110,9 +112,9 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
     origin = run.first_measured_at
     answer = RunEfficiency(
         run_id=run.id,
-        status=run.status,
-        convention=run.convention,
-        precision=run.precision,
+        status=cast("RunStatus", run.status),
+        convention=cast("ConventionName", run.convention),
+        precision=cast("PrecisionName", run.precision),
         peak_tflops_per_device=run.peak_tflops_per_device,
         measurement_count=run.measurement_count,
         mfu=MfuDistribution(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from sqlalchemy import Connection
 
+from service.api.schemas.runs import SizeClassName
 from service.api.schemas.stats import FleetGroup, FleetMfuStats, MfuPercentiles, RunRank, SizeClassRead
 from service.api.services.runs import require_run
 from service.domain import fleet
@@ -28,7 +31,7 @@ def _groups(histograms: dict[histograms_store.GroupKey, dict[int, int]], *, mini
         groups.append(
             FleetGroup(
                 accelerator=accelerator,
-                size_class=size_class,
+                size_class=cast("SizeClassName", size_class),
                 run_count=runs_counted,
                 percentiles=_percentiles(histogram),
             )
@@ -61,7 +64,9 @@ def fleet_mfu_stats(
         bin_width=fleet.MFU_BIN_WIDTH,
         minimum_runs_per_group=fleet.MIN_FLEET_GROUP_RUNS,
         size_classes=[
-            SizeClassRead(name=name, min_parameters=int(lower), max_parameters_exclusive=upper)
+            SizeClassRead(
+                name=cast("SizeClassName", name), min_parameters=int(lower), max_parameters_exclusive=upper
+            )
             for name, lower, upper in zip(
                 fleet.SIZE_CLASSES, fleet.SIZE_CLASS_LOWER_BOUNDS, bounds, strict=True
             )
@@ -77,7 +82,7 @@ def _rank(connection: Connection, run: records_store.RunRecord) -> RunRank:
         return RunRank(
             run_id=run.id,
             accelerator=run.accelerator,
-            size_class=run.size_class,
+            size_class=cast("SizeClassName", run.size_class),
             median_mfu=None,
             fleet_percentile_rank=None,
             fleet_run_count=None,
@@ -107,7 +112,7 @@ def _rank(connection: Connection, run: records_store.RunRecord) -> RunRank:
     return RunRank(
         run_id=run.id,
         accelerator=run.accelerator,
-        size_class=run.size_class,
+        size_class=cast("SizeClassName", run.size_class),
         median_mfu=run.median_mfu,
         fleet_percentile_rank=fleet.percentile_rank(fleet_histogram, run.fleet_bin) if shown else None,
         fleet_run_count=fleet_count if shown else None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection
 
@@ -16,7 +16,7 @@ from service.api.presenters.runs import run_read
 from service.api.problems import CONFLICT, NOT_FOUND, ProblemError
 from service.api.resolve import with_field_prefix
 from service.api.schemas.fields import is_stored_int
-from service.api.schemas.runs import MAX_TAGS, RunPage, RunRead, RunUpdate
+from service.api.schemas.runs import MAX_TAGS, RunPage, RunRead, RunUpdate, SortOrder
 from service.domain import hardware, models
 from service.domain.errors import InvalidInput
 from service.store import records as records_store
@@ -144,7 +144,7 @@ def list_runs(
         next_cursor=next_cursor,
         limit=limit,
         sort=sort,
-        order=order,
+        order=cast("SortOrder", order),
     )
 
 
