@@ -9,11 +9,13 @@ cannot say, stated in the description instead). Every other cross-field rule is 
 (service.api.schemas.rules), so a validator that grows a rule the schema lacks fails here.
 
 The store operations are called with a valid API key of a fresh tenant, so they are exercised past
-authentication. A longer run: TEFF_FUZZ_EXAMPLES=500 .venv/bin/python -m pytest tests/api/test_fuzz_openapi.py
+authentication. A longer run, on either database (the issue's "20 minutes per backend"):
+TEFF_FUZZ_EXAMPLES=2000 TEFF_FUZZ_BACKEND=postgresql .venv/bin/python -m pytest tests/api/test_fuzz_openapi.py
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 
 import schemathesis
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
 from schemathesis.core.failures import Failure
@@ -32,23 +35,42 @@ from service.app import create_app
 from service.store import keys, migrate
 from service.store.engine import build_engine
 from service.store.uow import UnitOfWork
-from tests.conftest import make_settings
+from tests.api.conftest import measurement, run_body
+from tests.conftest import create_postgres_database, drop_postgres_database, make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("TEFF_FUZZ_EXAMPLES", "12"))
 
 
+def _fuzz_database_url() -> str:
+    if os.environ.get("TEFF_FUZZ_BACKEND", "sqlite") == "postgresql":
+        url = create_postgres_database()
+        atexit.register(drop_postgres_database, url)
+        return url
+    return f"sqlite:///{Path(tempfile.mkdtemp(prefix='teff-fuzz-')) / 'teff.db'}"
+
+
 def _fuzz_app() -> tuple[FastAPI, str]:
-    """An app on a fresh migrated SQLite file, with one API key (built at collection: schemathesis
-    parametrizes from the schema at import time)."""
-    directory = Path(tempfile.mkdtemp(prefix="teff-fuzz-"))
-    url = f"sqlite:///{directory / 'teff.db'}"
+    """An app on a fresh migrated database (SQLite, or PostgreSQL with TEFF_FUZZ_BACKEND=postgresql),
+    with one API key (built at collection: schemathesis parametrizes from the schema at import time)."""
+    url = _fuzz_database_url()
     migrate.upgrade(url)
     engine = build_engine(url)
     with UnitOfWork(engine, write=True) as uow:
         key = keys.create_key(uow.connection, tenant="fuzz", scopes=frozenset({"read", "write"}))
         uow.commit()
-    return create_app(make_settings(url), engine=engine), key
+    app = create_app(make_settings(url), engine=engine)
+    # A few runs with measurements, so that listing answers ids the stateful chains follow.
+    with TestClient(app) as client:
+        for index in range(3):
+            created = client.post("/v1/runs", json=run_body(), headers={"X-API-Key": key})
+            assert created.status_code == 201, created.text
+            client.post(
+                f"/v1/runs/{created.json()['id']}/measurements",
+                json=[measurement(step) for step in range(1, 4 + index)],
+                headers={"X-API-Key": key},
+            ).raise_for_status()
+    return app, key
 
 
 APP, API_KEY = _fuzz_app()
@@ -100,3 +122,29 @@ def test_no_operation_answers_5xx_or_breaks_its_contract(case: schemathesis.Case
         excluded_checks=excluded,
         additional_checks=[accepts_what_the_schema_allows],
     )
+
+
+class _Workflow(schema.as_state_machine()):  # type: ignore[misc]
+    """Stateful: chains of calls along the links schemathesis infers from the schema (a created run's
+    id into GET, PATCH, DELETE, its measurements, events, efficiency and goodput), every check on each
+    answer, as above."""
+
+    def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+        return {"headers": {"X-API-Key": API_KEY}}
+
+    def validate_response(self, response: Any, case: schemathesis.Case, **kwargs: Any) -> None:
+        case.validate_response(
+            response,
+            excluded_checks=[positive_data_acceptance],
+            additional_checks=[accepts_what_the_schema_allows],
+        )
+
+
+TestStatefulWorkflows = _Workflow.TestCase
+TestStatefulWorkflows.settings = settings(
+    max_examples=max(EXAMPLES // 2, 5),
+    stateful_step_count=6,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
