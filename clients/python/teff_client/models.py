@@ -1423,6 +1423,7 @@ class RunEfficiency(TypedDict, total=False):
     budget_fraction_done: Required[float | None]
     seconds_to_budget: Required[float | None]
     estimated_budget_reached_at: Required[str | None]
+    budget_reached_after_year_9999: bool
     prediction: RunPredictionRead | None
     prediction_note: str | None
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from service.api.schemas.runs import RunLinks, RunParameterCountsRead, RunRead, RunSummary
-from service.domain import fleet
+from service.domain import economics
 from service.store import records as records_store
 
 
 def run_summary(run: records_store.RunRecord) -> RunSummary:
-    tokens = fleet.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
+    tokens = economics.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
     return RunSummary(
         measurement_count=run.measurement_count,
         first_measured_at=run.first_measured_at,
@@ -18,17 +18,17 @@ def run_summary(run: records_store.RunRecord) -> RunSummary:
         median_mfu=run.median_mfu,
         latest_tokens_per_second=run.latest_tokens_per_second,
         tokens_so_far=tokens,
-        seconds_to_budget=seconds_to_budget(run, tokens),
+        seconds_to_budget=budget_outlook(run, tokens).seconds_to_budget,
     )
 
 
-def seconds_to_budget(run: records_store.RunRecord, tokens_done: int) -> float | None:
-    if run.token_budget_tokens is None or not run.latest_tokens_per_second:
-        return None
-    return fleet.seconds_to_budget(
+def budget_outlook(run: records_store.RunRecord, tokens_done: int) -> economics.BudgetOutlook:
+    """When the run reaches its token budget at its latest measured tokens/s."""
+    return economics.budget_outlook(
         token_budget=run.token_budget_tokens,
         tokens_done=tokens_done,
         tokens_per_second=run.latest_tokens_per_second,
+        measured_at=run.latest_measured_at,
     )
 
 

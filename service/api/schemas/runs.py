@@ -514,8 +514,19 @@ class RunEfficiency(ApiModel):
     current_tokens_per_second: float | None = Field(description="the latest measurement's")
     token_budget_tokens: int | None
     budget_fraction_done: float | None
-    seconds_to_budget: float | None
-    estimated_budget_reached_at: datetime | None
+    seconds_to_budget: float | None = Field(
+        description="time left to token_budget_tokens at the latest measured tokens/s (null without a "
+        "budget or a measurement, or when too long for a number)"
+    )
+    estimated_budget_reached_at: datetime | None = Field(
+        description="the latest measurement's time + seconds_to_budget; null when that lies past "
+        "9999-12-31T23:59:59.999999Z (budget_reached_after_year_9999 says so)"
+    )
+    budget_reached_after_year_9999: bool = Field(
+        default=False,
+        description="true when the budget is reached, at the latest tokens/s, after the last instant a "
+        "date-time can name (estimated_budget_reached_at is then null)",
+    )
     prediction: RunPredictionRead | None = Field(
         default=None,
         description="the run's step predicted from its recorded layout (POST /v1/predictions/step under "

@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from service.api.presenters.runs import seconds_to_budget
+from service.api.presenters.runs import budget_outlook
 from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, SeriesPointRead
 from service.api.services.prediction import PredictedVsMeasured
 from service.api.services.prediction import predicted_vs_measured as run_prediction
 from service.api.services.runs import require_run
-from service.domain import fleet
+from service.domain import economics, fleet
 from service.store import histograms as histograms_store
 from service.store import measurements as measurements_store
 from service.store import records as records_store
@@ -100,13 +100,8 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
     points = _series(connection, run)
     trend = fleet.mfu_trend(points)
     series = fleet.downsample(points, SERIES_POINTS)
-    tokens = fleet.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
-    seconds = seconds_to_budget(run, tokens)
-    reached_at = (
-        run.latest_measured_at + timedelta(seconds=seconds)
-        if seconds is not None and run.latest_measured_at is not None
-        else None
-    )
+    tokens = economics.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
+    outlook = budget_outlook(run, tokens)
     origin = run.first_measured_at
     answer = RunEfficiency(
         run_id=run.id,
@@ -159,11 +154,12 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
         tokens_method=TOKENS_METHOD,
         current_tokens_per_second=run.latest_tokens_per_second,
         token_budget_tokens=run.token_budget_tokens,
-        budget_fraction_done=(
-            min(tokens / run.token_budget_tokens, 1.0) if run.token_budget_tokens is not None else None
+        budget_fraction_done=economics.budget_fraction_done(
+            tokens_done=tokens, token_budget=run.token_budget_tokens
         ),
-        seconds_to_budget=seconds,
-        estimated_budget_reached_at=reached_at,
+        seconds_to_budget=outlook.seconds_to_budget,
+        estimated_budget_reached_at=outlook.reached_at,
+        budget_reached_after_year_9999=outlook.reached_after_year_9999,
         prediction=(predicted := predicted_vs_measured(connection, run)).prediction,
         prediction_note=predicted.note,
     )
