@@ -1426,6 +1426,21 @@ class RunEfficiency(TypedDict, total=False):
     budget_reached_after_year_9999: bool
     prediction: RunPredictionRead | None
     prediction_note: str | None
+    goodput: RunGoodputSummary | None
+
+
+class RunGoodputSummary(TypedDict, total=False):
+    """The goodput part of a run's efficiency answer: the same figures as ``GET /v1/runs/{id}/goodput``"""
+
+    job_run_ids: Required[list[str]]
+    event_count: Required[int]
+    total_seconds: Required[float]
+    productive_seconds: Required[float]
+    goodput: Required[float | None]
+    mfu: Required[float | None]
+    effective_mfu: Required[float | None]
+    badput: Required[list[BadputItem]]
+    link: Required[str]
 
 
 class RunLinks(TypedDict, total=False):

@@ -26,6 +26,7 @@ from service.api.schemas.common import (
     ThroughputIn,
 )
 from service.api.schemas.fields import StrictFloat, StrictInt, Text, UtcDatetime
+from service.api.schemas.goodput import RunGoodputSummary
 from service.api.schemas.layout import LayoutRead
 from service.api.schemas.predictions import BreakdownComponentName
 
@@ -535,6 +536,12 @@ class RunEfficiency(ApiModel):
     )
     prediction_note: str | None = Field(
         default=None, description="why `prediction` is null and which run fields would give one"
+    )
+    goodput: RunGoodputSummary | None = Field(
+        default=None,
+        description="where the job's allocated wall-clock went (goodput, badput by kind) and effective "
+        "MFU = MFU × goodput, over the attempts of the run's job; null when the job has no events "
+        "(POST /v1/runs/{run_id}/events)",
     )
 
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from service.api.presenters.goodput import goodput_summary
 from service.api.presenters.runs import budget_outlook
 from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, SeriesPointRead
 from service.api.services.prediction import PredictedVsMeasured
@@ -20,6 +21,8 @@ from service.store import measurements as measurements_store
 from service.store import records as records_store
 from service.store import series as series_store
 from service.store.keys import Principal
+from service.store.uow import UnitOfWork
+from service.usecases import goodput as goodput_usecase
 
 #: Points of an efficiency series at most. Runs with at most fleet.EXACT_SERIES_MAX measurements are
 #: read whole; larger ones from their stored step buckets (fleet.SeriesBin, at most
@@ -88,7 +91,8 @@ class EfficiencyView:
     cluster: str
 
 
-def run_efficiency(connection: Connection, *, principal: Principal, run_id: str) -> EfficiencyView:
+def run_efficiency(uow: UnitOfWork, *, principal: Principal, run_id: str) -> EfficiencyView:
+    connection = uow.connection
     run = require_run(connection, tenant=principal.tenant, run_id=run_id)
     histogram = histograms_store.run_histogram(connection, run_pk=run.pk)
     latest_hfu = None
@@ -162,6 +166,7 @@ def run_efficiency(connection: Connection, *, principal: Principal, run_id: str)
         budget_reached_after_year_9999=outlook.reached_after_year_9999,
         prediction=(predicted := predicted_vs_measured(connection, run)).prediction,
         prediction_note=predicted.note,
+        goodput=goodput_summary(goodput_usecase.job_goodput(uow, tenant=principal.tenant, run_id=run.id)),
     )
     return EfficiencyView(
         answer=answer,
