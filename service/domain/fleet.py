@@ -367,3 +367,52 @@ def _weighted_rate(group: Sequence[SeriesPoint], count: int) -> float | None:
     if any(rate is None for _, rate in rates):
         return None
     return sum(n * rate for n, rate in rates if rate is not None) / count
+
+
+# --------------------------------------------------------------------------------------------------
+# Fleet goodput
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputSample:
+    """One run whose job has a goodput: ``job`` names the job (runs of one job share it)."""
+
+    job: tuple[object, ...]
+    pk: int
+    group: tuple[str, str]
+    goodput: float
+    median_mfu: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputHistograms:
+    """A group's jobs: their goodput, and the effective MFU of those with an MFU, in MFU bins."""
+
+    goodput: dict[int, int]
+    effective_mfu: dict[int, int]
+
+    @property
+    def job_count(self) -> int:
+        return sum(self.goodput.values())
+
+
+def goodput_histograms(samples: Iterable[GoodputSample]) -> dict[tuple[str, str], GoodputHistograms]:
+    """Each job counted once, in the group of its latest run (highest pk): its goodput, and its
+    effective MFU = the mean of its attempts' median MFUs × goodput (jobs without a measured attempt
+    have none). Goodput and effective MFU are fractions in [0, 1], binned as MFU is
+    (:data:`MFU_BIN_WIDTH`), so their percentiles read as :func:`percentiles_from_histogram` reads."""
+    jobs: dict[tuple[object, ...], list[GoodputSample]] = {}
+    for sample in samples:
+        jobs.setdefault(sample.job, []).append(sample)
+    goodput: dict[tuple[str, str], list[float]] = {}
+    effective: dict[tuple[str, str], list[float]] = {}
+    for attempts in jobs.values():
+        latest = max(attempts, key=operator.attrgetter("pk"))
+        goodput.setdefault(latest.group, []).append(latest.goodput)
+        mfus = [item.median_mfu for item in attempts if item.median_mfu is not None]
+        if mfus:
+            effective.setdefault(latest.group, []).append(sum(mfus) / len(mfus) * latest.goodput)
+    return {
+        group: GoodputHistograms(bin_counts(values), bin_counts(effective.get(group, [])))
+        for group, values in goodput.items()
+    }

@@ -66,6 +66,14 @@ def record_events(
     inserted = store.insert_events(
         uow.connection, tenant=tenant, run_pk=run.pk, events=rows, received_at=datetime.now(UTC)
     )
+    if inserted:
+        # the job's goodput, kept on its runs for the fleet statistics (read in this transaction)
+        view = job_goodput(uow, tenant=tenant, run_id=run_id)
+        store.set_job_goodput(
+            uow.connection,
+            run_pks=[item.pk for item in view.job_runs],
+            goodput=view.result.goodput if view.result else None,
+        )
     uow.commit()
     ignored = [event.event_id for event in events if event.event_id not in inserted]
     # an id repeated in the request is stored once: the later copies are ignored ones

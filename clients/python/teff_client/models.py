@@ -367,6 +367,9 @@ class FleetMfuStats(TypedDict, total=False):
     fleet: Required[list[FleetGroup]]
     tenant: Required[list[FleetGroup]]
     run: Required[RunRank | None]
+    goodput_statistic: Required[str]
+    goodput_fleet: Required[list[GoodputGroup]]
+    goodput_tenant: Required[list[GoodputGroup]]
 
 
 class FlopsComponentsRead(TypedDict, total=False):
@@ -418,6 +421,17 @@ class GoodputGain(TypedDict, total=False):
 
     target_goodput: Required[float]
     devices_worth: Required[float]
+
+
+class GoodputGroup(TypedDict, total=False):
+    """GoodputGroup"""
+
+    accelerator: Required[str]
+    size_class: Required[Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]]
+    job_count: Required[int]
+    goodput: Required[MfuPercentiles]
+    effective_mfu_job_count: Required[int]
+    effective_mfu: Required[MfuPercentiles]
 
 
 class GoodputRead(TypedDict, total=False):
