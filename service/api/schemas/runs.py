@@ -516,17 +516,11 @@ class RunEfficiency(ApiModel):
     token_budget_tokens: int | None
     budget_fraction_done: float | None
     seconds_to_budget: float | None = Field(
-        description="time left to token_budget_tokens at the latest measured tokens/s (null without a "
-        "budget or a measurement, or when too long for a number)"
+        description="at the latest tokens/s (null if too long for a number)"
     )
-    estimated_budget_reached_at: datetime | None = Field(
-        description="the latest measurement's time + seconds_to_budget; null when that lies past "
-        "9999-12-31T23:59:59.999999Z (budget_reached_after_year_9999 says so)"
-    )
+    estimated_budget_reached_at: datetime | None = Field(description="null past 9999-12-31T23:59:59.999999Z")
     budget_reached_after_year_9999: bool = Field(
-        default=False,
-        description="true when the budget is reached, at the latest tokens/s, after the last instant a "
-        "date-time can name (estimated_budget_reached_at is then null)",
+        default=False, description="the budget date lies past the last date-time (reached_at is null)"
     )
     prediction: RunPredictionRead | None = Field(
         default=None,
