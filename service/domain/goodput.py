@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -258,16 +259,26 @@ def _split_lost(start: float, end: float, phase: Phase, since: float) -> list[tu
 def _classify(
     intervals: Iterable[tuple[float, float, Phase]], length: float
 ) -> list[tuple[float, float, Phase]]:
-    """Cut [0, length] at every interval boundary; each piece takes the highest-priority covering kind."""
+    """Cut [0, length] at every interval boundary; each piece takes the highest-priority covering kind.
+
+    A sweep over the sorted cuts keeping how many intervals of each kind are open: an interval covers
+    the piece [a, b) between consecutive cuts when it starts at or before a and ends after a (its end
+    is a cut, so it ends at b or later). O(n log n) in the intervals: a job posts thousands of stalls.
+    """
     spans = [(max(a, 0.0), min(b, length), phase) for a, b, phase in intervals if b > a]
-    cuts = sorted({0.0, length, *[a for a, _, _ in spans], *[b for _, b, _ in spans]})
-    rank = {phase: index for index, phase in enumerate(BADPUT_PRIORITY)}
+    spans = [(a, b, phase) for a, b, phase in spans if b > a]
+    changes: dict[float, Counter[Phase]] = {}
+    for a, b, phase in spans:
+        changes.setdefault(a, Counter())[phase] += 1
+        changes.setdefault(b, Counter())[phase] -= 1
+    cuts = sorted({0.0, length, *changes})
+    open_now: Counter[Phase] = Counter()
     pieces: list[tuple[float, float, Phase]] = []
     for a, b in itertools.pairwise(cuts):
+        open_now.update(changes.get(a, Counter()))
         if b <= a:
             continue
-        covering = [phase for start, end, phase in spans if start <= a and end >= b]
-        phase = min(covering, key=rank.__getitem__) if covering else Phase.PRODUCTIVE
+        phase = next((kind for kind in BADPUT_PRIORITY if open_now[kind] > 0), Phase.PRODUCTIVE)
         if pieces and pieces[-1][2] is phase and pieces[-1][1] == a:
             pieces[-1] = (pieces[-1][0], b, phase)
         else:
