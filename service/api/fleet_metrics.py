@@ -9,7 +9,8 @@ two cheap queries, the fleet histogram and one aggregate over the runs' summary 
 - ``teff_fleet_runs_counted{accelerator, size_class}``: the runs behind those quantiles;
 - ``teff_fleet_job_goodput{accelerator, size_class, quantile}`` and
   ``teff_fleet_job_effective_mfu{accelerator, size_class, quantile}``: the same quantiles of job goodput
-  and effective MFU (MFU × goodput), each job once, as ``GET /v1/stats/mfu`` reads them (one more
+  and effective MFU (MFU × goodput), each job once as of its latest ended attempt, as
+  ``GET /v1/stats/mfu`` reads them (one more
   query, over the runs' stored job goodput, never the events), with
   ``teff_fleet_jobs_goodput_counted{accelerator, size_class}``: the jobs behind them;
 - ``teff_fleet_runs_running``: runs whose status is ``running``, all tenants together;

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -265,20 +264,24 @@ def _classify(
     the piece [a, b) between consecutive cuts when it starts at or before a and ends after a (its end
     is a cut, so it ends at b or later). O(n log n) in the intervals: a job posts thousands of stalls.
     """
-    spans = [(max(a, 0.0), min(b, length), phase) for a, b, phase in intervals if b > a]
-    spans = [(a, b, phase) for a, b, phase in spans if b > a]
-    changes: dict[float, Counter[Phase]] = {}
-    for a, b, phase in spans:
-        changes.setdefault(a, Counter())[phase] += 1
-        changes.setdefault(b, Counter())[phase] -= 1
+    rank = {phase: index for index, phase in enumerate(BADPUT_PRIORITY)}
+    changes: dict[float, list[tuple[int, int]]] = {}
+    for start, end, phase in intervals:
+        a, b = max(start, 0.0), min(end, length)
+        if b > a:
+            changes.setdefault(a, []).append((rank[phase], 1))
+            changes.setdefault(b, []).append((rank[phase], -1))
     cuts = sorted({0.0, length, *changes})
-    open_now: Counter[Phase] = Counter()
+    open_now = [0] * len(BADPUT_PRIORITY)  # open intervals by priority rank
     pieces: list[tuple[float, float, Phase]] = []
     for a, b in itertools.pairwise(cuts):
-        open_now.update(changes.get(a, Counter()))
+        for index, delta in changes.get(a, ()):
+            open_now[index] += delta
         if b <= a:
             continue
-        phase = next((kind for kind in BADPUT_PRIORITY if open_now[kind] > 0), Phase.PRODUCTIVE)
+        phase = next(
+            (BADPUT_PRIORITY[index] for index, count in enumerate(open_now) if count > 0), Phase.PRODUCTIVE
+        )
         if pieces and pieces[-1][2] is phase and pieces[-1][1] == a:
             pieces[-1] = (pieces[-1][0], b, phase)
         else:

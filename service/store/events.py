@@ -170,7 +170,8 @@ def list_events(connection: Connection, *, run_pks: Sequence[int]) -> list[Store
 
 
 def set_job_goodput(connection: Connection, *, run_pks: Sequence[int], goodput: float | None) -> None:
-    """Keep the job's goodput on each of its runs (the fleet statistics read it from there)."""
+    """Keep the job's goodput on each of its runs (the fleet statistics read it from there; the use
+    case sets it when an attempt ends)."""
     if run_pks:
         connection.execute(runs.update().where(runs.c.pk.in_(list(run_pks))).values(goodput=goodput))
 
@@ -227,3 +228,13 @@ def goodput_rows(
         )
         for row in connection.execute(query).all()
     ]
+
+
+def run_has_event(connection: Connection, *, run_pk: int, kinds: Sequence[str]) -> bool:
+    """Whether the run has an event of one of these kinds."""
+    found = connection.execute(
+        select(run_events.c.pk)
+        .where(run_events.c.run_pk == run_pk, run_events.c.kind.in_(list(kinds)))
+        .limit(1)
+    ).first()
+    return found is not None

@@ -123,3 +123,23 @@ def test_metrics_show_fleet_goodput_quantiles_without_tenants(store_client: Stor
     assert samples[("teff_fleet_jobs_goodput_counted", labels)] == 5
     names = {label for _, sample_labels in samples for label, _ in sample_labels}
     assert "tenant" not in names and "run_id" not in names
+
+
+def test_a_job_counts_once_an_attempt_has_ended_and_late_events_update_it(store_client: StoreClient) -> None:
+    run_id = store_client.create_run()["id"]
+
+    def send(*events: dict[str, Any]) -> None:
+        response = store_client.client.post(
+            f"/v1/runs/{run_id}/events", json=list(events), headers=store_client.writer
+        )
+        assert response.status_code == 200, response.text
+
+    send(_event("s", "job_started", 0), _event("f", "first_step", 100))
+    assert _stats(store_client, store_client.reader)["goodput_tenant"] == []  # still running
+    send(_event("e", "job_ended", 1000))
+    (group,) = _stats(store_client, store_client.reader)["goodput_tenant"]
+    assert group["goodput"]["p50"] == pytest.approx(0.9, abs=BIN)  # 900 of 1,000 s
+    # a late 100 s evaluation inside the ended attempt: 800 of 1,000 s
+    send({**_event("eb", "evaluation_begin", 400)}, {**_event("ee", "evaluation_end", 500)})
+    (group,) = _stats(store_client, store_client.reader)["goodput_tenant"]
+    assert group["goodput"]["p50"] == pytest.approx(0.8, abs=BIN)

@@ -26,7 +26,9 @@ class FleetGroup(ApiModel):
 class GoodputGroup(ApiModel):
     accelerator: str = Field(description="catalog id (`custom` for caller-described parts, tenant only)")
     size_class: SizeClassName
-    job_count: int = Field(description="jobs with events (each job once, in its latest run's group)")
+    job_count: int = Field(
+        description="jobs with an ended attempt (job_ended or failure; each job once, in its latest run's group)"
+    )
     goodput: MfuPercentiles = Field(description="percentiles of job goodput (productive ÷ allocated time)")
     effective_mfu_job_count: int = Field(description="of those, jobs with a measured MFU")
     effective_mfu: MfuPercentiles = Field(

@@ -45,8 +45,9 @@ def _groups(histograms: dict[histograms_store.GroupKey, dict[int, int]], *, mini
 
 
 GOODPUT_STATISTIC = (
-    "per-job goodput (productive ÷ allocated wall-clock over every attempt, from the job's events; each "
-    "job once, in its latest run's group) and effective MFU = the job's MFU × goodput"
+    "per-job goodput (productive ÷ allocated wall-clock over every attempt, from the job's events, as of "
+    "its latest ended attempt: job_ended or failure; each job once, in its latest run's group) and "
+    "effective MFU = the job's MFU (mean of its attempts' median MFUs) × goodput"
 )
 
 
