@@ -5,6 +5,7 @@ from __future__ import annotations
 from service.api.schemas.runs import RunLinks, RunParameterCountsRead, RunRead, RunSummary
 from service.domain import economics
 from service.store import records as records_store
+from service.usecases.efficiency import budget_of
 
 
 def run_summary(run: records_store.RunRecord) -> RunSummary:
@@ -23,13 +24,8 @@ def run_summary(run: records_store.RunRecord) -> RunSummary:
 
 
 def budget_outlook(run: records_store.RunRecord, tokens_done: int) -> economics.BudgetOutlook:
-    """When the run reaches its token budget at its latest measured tokens/s."""
-    return economics.budget_outlook(
-        token_budget=run.token_budget_tokens,
-        tokens_done=tokens_done,
-        tokens_per_second=run.latest_tokens_per_second,
-        measured_at=run.latest_measured_at,
-    )
+    """When the run reaches its token budget (:func:`service.usecases.efficiency.budget_of`)."""
+    return budget_of(run, tokens_done)
 
 
 def run_read(run: records_store.RunRecord) -> RunRead:
