@@ -7,6 +7,12 @@ two cheap queries, the fleet histogram and one aggregate over the runs' summary 
   MFU (each run counted once, with the median of its measurements), read from the fleet histogram
   exactly as ``GET /v1/stats/mfu`` reads it (``fleet.percentiles_from_histogram``);
 - ``teff_fleet_runs_counted{accelerator, size_class}``: the runs behind those quantiles;
+- ``teff_fleet_job_goodput{accelerator, size_class, quantile}`` and
+  ``teff_fleet_job_effective_mfu{accelerator, size_class, quantile}``: the same quantiles of job goodput
+  and effective MFU (MFU × goodput), each job once as of its latest ended attempt, as
+  ``GET /v1/stats/mfu`` reads them (one more
+  query, over the runs' stored job goodput, never the events), with
+  ``teff_fleet_jobs_goodput_counted{accelerator, size_class}``: the jobs behind them;
 - ``teff_fleet_runs_running``: runs whose status is ``running``, all tenants together;
 - ``teff_fleet_measurements_stored``: measurements stored, all tenants together.
 
@@ -29,7 +35,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
+from service.api.services import fleet_stats
 from service.domain import fleet, hardware
+from service.store import events as events_store
 from service.store import fleet_activity as activity_store
 from service.store import histograms as histograms_store
 from service.store.uow import UnitOfWork
@@ -49,10 +57,30 @@ class FleetGroupSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class GoodputGroupSnapshot:
+    accelerator: str
+    size_class: str
+    job_count: int
+    goodput: dict[float, float]
+    effective_mfu: dict[float, float]
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSnapshot:
     groups: tuple[FleetGroupSnapshot, ...]
     running_runs: int
     measurements_stored: int
+    goodput_groups: tuple[GoodputGroupSnapshot, ...] = ()
+
+
+def _quantiles(histogram: dict[int, int]) -> dict[float, float]:
+    values = fleet.percentiles_from_histogram(histogram, EXPORTED_QUANTILES)
+    return {q: v for q, v in values.items() if v is not None}
+
+
+def _shown(accelerator: str, count: int) -> bool:
+    # The catalog check keeps the label set bounded even if a stored row names a retired part.
+    return count >= fleet.MIN_FLEET_GROUP_RUNS and accelerator in hardware.ACCELERATORS
 
 
 def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
@@ -60,25 +88,29 @@ def read_fleet_snapshot(engine: Engine) -> FleetSnapshot:
     with UnitOfWork(engine, write=False) as uow:
         histograms = histograms_store.fleet_histograms(uow.connection)
         activity = activity_store.fleet_activity(uow.connection)
-    groups = []
-    for (accelerator, size_class), histogram in sorted(histograms.items()):
-        run_count = sum(histogram.values())
-        # The catalog check keeps the label set bounded even if a stored row names a retired part.
-        if run_count < fleet.MIN_FLEET_GROUP_RUNS or accelerator not in hardware.ACCELERATORS:
-            continue
-        values = fleet.percentiles_from_histogram(histogram, EXPORTED_QUANTILES)
-        groups.append(
-            FleetGroupSnapshot(
-                accelerator=accelerator,
-                size_class=size_class,
-                run_count=run_count,
-                quantiles={q: v for q, v in values.items() if v is not None},
-            )
+        goodput_rows = events_store.goodput_rows(uow.connection)
+    groups = [
+        FleetGroupSnapshot(accelerator, size_class, sum(histogram.values()), _quantiles(histogram))
+        for (accelerator, size_class), histogram in sorted(histograms.items())
+        if _shown(accelerator, sum(histogram.values()))
+    ]
+    by_job = fleet.goodput_histograms(fleet_stats.goodput_samples(goodput_rows, fleet_only=True))
+    goodput_groups = [
+        GoodputGroupSnapshot(
+            accelerator,
+            size_class,
+            group.job_count,
+            _quantiles(group.goodput),
+            _quantiles(group.effective_mfu),
         )
+        for (accelerator, size_class), group in sorted(by_job.items())
+        if _shown(accelerator, group.job_count)
+    ]
     return FleetSnapshot(
         groups=tuple(groups),
         running_runs=activity.running_runs,
         measurements_stored=activity.measurements_stored,
+        goodput_groups=tuple(goodput_groups),
     )
 
 
@@ -129,6 +161,24 @@ def _families(snapshot: FleetSnapshot | None) -> list[Metric]:
         "Runs with measurements behind teff_fleet_run_mfu, by accelerator and model-size class",
         labels=labels,
     )
+    goodput = GaugeMetricFamily(
+        "teff_fleet_job_goodput",
+        "Quantiles of job goodput (productive over allocated wall-clock, every attempt; each job once) "
+        "across tenants, by catalog accelerator and model-size class; groups of fewer than "
+        f"{fleet.MIN_FLEET_GROUP_RUNS} jobs are left out",
+        labels=[*labels, "quantile"],
+    )
+    effective = GaugeMetricFamily(
+        "teff_fleet_job_effective_mfu",
+        "Quantiles of job effective MFU (the job's MFU x its goodput) across tenants, by catalog "
+        "accelerator and model-size class, over the jobs of teff_fleet_job_goodput with a measured MFU",
+        labels=[*labels, "quantile"],
+    )
+    jobs = GaugeMetricFamily(
+        "teff_fleet_jobs_goodput_counted",
+        "Jobs with events behind teff_fleet_job_goodput, by accelerator and model-size class",
+        labels=labels,
+    )
     running = GaugeMetricFamily("teff_fleet_runs_running", "Runs whose status is running, all tenants")
     stored = GaugeMetricFamily("teff_fleet_measurements_stored", "Measurements stored, all tenants")
     if snapshot is not None:
@@ -136,9 +186,16 @@ def _families(snapshot: FleetSnapshot | None) -> list[Metric]:
             for q, value in group.quantiles.items():
                 mfu.add_metric([group.accelerator, group.size_class, f"{q:g}"], value)
             counted.add_metric([group.accelerator, group.size_class], group.run_count)
+        for job_group in snapshot.goodput_groups:
+            names = [job_group.accelerator, job_group.size_class]
+            for q, value in job_group.goodput.items():
+                goodput.add_metric([*names, f"{q:g}"], value)
+            for q, value in job_group.effective_mfu.items():
+                effective.add_metric([*names, f"{q:g}"], value)
+            jobs.add_metric(names, job_group.job_count)
         running.add_metric([], snapshot.running_runs)
         stored.add_metric([], snapshot.measurements_stored)
-    return [mfu, counted, running, stored]
+    return [mfu, counted, goodput, effective, jobs, running, stored]
 
 
 def fleet_metrics_registry(

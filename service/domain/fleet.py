@@ -1,4 +1,4 @@
-"""Run and fleet statistics: size classes, MFU histograms and their percentiles, trends, run economics.
+"""Run and fleet statistics: size classes, MFU histograms and their percentiles, trends.
 
 Pure functions over plain numbers; the store keeps the histograms, this module reads them.
 
@@ -18,11 +18,7 @@ Trend
     Least-squares slope of MFU against hours since the first measurement (weighted by how many
     measurements a point stands for), and the change from the mean MFU of the first quarter of the
     measurements (by time) to that of the last quarter.
-Tokens so far
-    ``latest step × global batch tokens``: a step is a completed optimizer step (Hugging Face
-    Trainer's ``global_step``, Megatron's iteration), so step N means N batches consumed. This needs no
-    history and is not fooled by restarts (integrating tokens/s over wall-clock would count the hours a
-    job was down). A batch ramp (smaller batches early) makes it an over-estimate.
+Run economics (tokens so far, time to budget, cost) live in :mod:`service.domain.economics`.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from datetime import datetime
 from typing import Literal, get_args
 
 from service.domain.errors import InvalidInput
-from service.domain.estimates import SECONDS_PER_HOUR, compute_time_seconds
+from service.domain.estimates import SECONDS_PER_HOUR
 
 SizeClass = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
 SIZE_CLASSES: tuple[str, ...] = get_args(SizeClass)
@@ -51,7 +47,6 @@ MFU_BINS = 1000
 #: Fleet groups with fewer runs than this are not shown across tenants (aggregates only).
 MIN_FLEET_GROUP_RUNS = 5
 FLEET_PERCENTILES: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 0.90)
-BILLION = 1e9
 
 
 def size_class(total_parameters: float) -> SizeClass:
@@ -375,39 +370,49 @@ def _weighted_rate(group: Sequence[SeriesPoint], count: int) -> float | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Run economics
+# Fleet goodput
 
 
-def tokens_so_far(*, latest_step: int | None, global_batch_tokens: int) -> int:
-    """Tokens consumed by a run whose latest completed optimizer step is ``latest_step``
-    (module docstring: step × global batch)."""
-    if latest_step is None:
-        return 0
-    return max(latest_step, 0) * global_batch_tokens
+@dataclass(frozen=True, slots=True)
+class GoodputSample:
+    """One run whose job has a goodput: ``job`` names the job (runs of one job share it)."""
+
+    job: tuple[object, ...]
+    pk: int
+    group: tuple[str, str]
+    goodput: float
+    median_mfu: float | None
 
 
-def seconds_to_budget(*, token_budget: float, tokens_done: float, tokens_per_second: float) -> float:
-    """Seconds until ``token_budget`` tokens at ``tokens_per_second`` (0 once it is reached)."""
-    if tokens_per_second <= 0:
-        raise InvalidInput("tokens_per_second must be positive.", field="tokens_per_second")
-    return max(token_budget - tokens_done, 0.0) / tokens_per_second
+@dataclass(frozen=True, slots=True)
+class GoodputHistograms:
+    """A group's jobs: their goodput, and the effective MFU of those with an MFU, in MFU bins."""
+
+    goodput: dict[int, int]
+    effective_mfu: dict[int, int]
+
+    @property
+    def job_count(self) -> int:
+        return sum(self.goodput.values())
 
 
-def seconds_per_billion_tokens(
-    *, model_flops_per_token: float, device_count: int, peak_flops_per_device: float, mfu: float
-) -> float:
-    """Wall-clock seconds for 10^9 tokens at ``mfu`` (the time formula of
-    :func:`service.domain.estimates.compute_time_seconds`)."""
-    return compute_time_seconds(
-        BILLION * model_flops_per_token,
-        device_count=device_count,
-        peak_flops_per_device=peak_flops_per_device,
-        mfu=mfu,
-    )
-
-
-def cost_per_billion_tokens(
-    *, seconds_per_billion: float, device_count: int, price_per_device_hour: float
-) -> float:
-    """Price of 10^9 tokens: device-hours they take × price per device-hour."""
-    return seconds_per_billion / SECONDS_PER_HOUR * device_count * price_per_device_hour
+def goodput_histograms(samples: Iterable[GoodputSample]) -> dict[tuple[str, str], GoodputHistograms]:
+    """Each job counted once, in the group of its latest run (highest pk): its goodput, and its
+    effective MFU = the mean of its attempts' median MFUs × goodput (jobs without a measured attempt
+    have none). Goodput and effective MFU are fractions in [0, 1], binned as MFU is
+    (:data:`MFU_BIN_WIDTH`), so their percentiles read as :func:`percentiles_from_histogram` reads."""
+    jobs: dict[tuple[object, ...], list[GoodputSample]] = {}
+    for sample in samples:
+        jobs.setdefault(sample.job, []).append(sample)
+    goodput: dict[tuple[str, str], list[float]] = {}
+    effective: dict[tuple[str, str], list[float]] = {}
+    for attempts in jobs.values():
+        latest = max(attempts, key=operator.attrgetter("pk"))
+        goodput.setdefault(latest.group, []).append(latest.goodput)
+        mfus = [item.median_mfu for item in attempts if item.median_mfu is not None]
+        if mfus:
+            effective.setdefault(latest.group, []).append(sum(mfus) / len(mfus) * latest.goodput)
+    return {
+        group: GoodputHistograms(bin_counts(values), bin_counts(effective.get(group, [])))
+        for group, values in goodput.items()
+    }

@@ -258,16 +258,30 @@ def _split_lost(start: float, end: float, phase: Phase, since: float) -> list[tu
 def _classify(
     intervals: Iterable[tuple[float, float, Phase]], length: float
 ) -> list[tuple[float, float, Phase]]:
-    """Cut [0, length] at every interval boundary; each piece takes the highest-priority covering kind."""
-    spans = [(max(a, 0.0), min(b, length), phase) for a, b, phase in intervals if b > a]
-    cuts = sorted({0.0, length, *[a for a, _, _ in spans], *[b for _, b, _ in spans]})
+    """Cut [0, length] at every interval boundary; each piece takes the highest-priority covering kind.
+
+    A sweep over the sorted cuts keeping how many intervals of each kind are open: an interval covers
+    the piece [a, b) between consecutive cuts when it starts at or before a and ends after a (its end
+    is a cut, so it ends at b or later). O(n log n) in the intervals: a job posts thousands of stalls.
+    """
     rank = {phase: index for index, phase in enumerate(BADPUT_PRIORITY)}
+    changes: dict[float, list[tuple[int, int]]] = {}
+    for start, end, phase in intervals:
+        a, b = max(start, 0.0), min(end, length)
+        if b > a:
+            changes.setdefault(a, []).append((rank[phase], 1))
+            changes.setdefault(b, []).append((rank[phase], -1))
+    cuts = sorted({0.0, length, *changes})
+    open_now = [0] * len(BADPUT_PRIORITY)  # open intervals by priority rank
     pieces: list[tuple[float, float, Phase]] = []
     for a, b in itertools.pairwise(cuts):
+        for index, delta in changes.get(a, ()):
+            open_now[index] += delta
         if b <= a:
             continue
-        covering = [phase for start, end, phase in spans if start <= a and end >= b]
-        phase = min(covering, key=rank.__getitem__) if covering else Phase.PRODUCTIVE
+        phase = next(
+            (BADPUT_PRIORITY[index] for index, count in enumerate(open_now) if count > 0), Phase.PRODUCTIVE
+        )
         if pieces and pieces[-1][2] is phase and pieces[-1][1] == a:
             pieces[-1] = (pieces[-1][0], b, phase)
         else:

@@ -167,3 +167,74 @@ def list_events(connection: Connection, *, run_pks: Sequence[int]) -> list[Store
         .order_by(run_events.c.at, run_events.c.pk)
     ).all()
     return [StoredEvent(*row) for row in rows]
+
+
+def set_job_goodput(connection: Connection, *, run_pks: Sequence[int], goodput: float | None) -> None:
+    """Keep the job's goodput on each of its runs (the fleet statistics read it from there; the use
+    case sets it when an attempt ends)."""
+    if run_pks:
+        connection.execute(runs.update().where(runs.c.pk.in_(list(run_pks))).values(goodput=goodput))
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputRow:
+    """A run whose job has a goodput, as the fleet statistics need it."""
+
+    tenant: str
+    accelerator: str
+    size_class: str
+    cluster: str | None
+    scheduler_job_id: str | None
+    pk: int
+    goodput: float
+    median_mfu: float | None
+
+
+def goodput_rows(
+    connection: Connection,
+    *,
+    tenant: str | None = None,
+    accelerator: str | None = None,
+    size_class: str | None = None,
+) -> list[GoodputRow]:
+    """Every run with a job goodput (of one tenant, or of all), with its group and median MFU: one
+    query over the runs' summary columns, never the events."""
+    query = select(
+        runs.c.tenant,
+        runs.c.accelerator,
+        runs.c.size_class,
+        runs.c.cluster,
+        runs.c.scheduler_job_id,
+        runs.c.pk,
+        runs.c.goodput,
+        runs.c.median_mfu,
+    ).where(runs.c.goodput.is_not(None))
+    if tenant is not None:
+        query = query.where(runs.c.tenant == tenant)
+    if accelerator is not None:
+        query = query.where(runs.c.accelerator == accelerator)
+    if size_class is not None:
+        query = query.where(runs.c.size_class == size_class)
+    return [
+        GoodputRow(
+            tenant=row.tenant,
+            accelerator=row.accelerator,
+            size_class=row.size_class,
+            cluster=row.cluster,
+            scheduler_job_id=row.scheduler_job_id,
+            pk=row.pk,
+            goodput=row.goodput,
+            median_mfu=None if row.median_mfu == NO_MFU else row.median_mfu,
+        )
+        for row in connection.execute(query).all()
+    ]
+
+
+def run_has_event(connection: Connection, *, run_pk: int, kinds: Sequence[str]) -> bool:
+    """Whether the run has an event of one of these kinds."""
+    found = connection.execute(
+        select(run_events.c.pk)
+        .where(run_events.c.run_pk == run_pk, run_events.c.kind.in_(list(kinds)))
+        .limit(1)
+    ).first()
+    return found is not None

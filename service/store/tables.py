@@ -106,6 +106,8 @@ runs = Table(
     Column("median_mfu", Double, nullable=False, server_default=str(NO_MFU)),
     # The fleet-histogram bin this run's median is counted in (None: not counted yet).
     Column("fleet_bin", Integer, nullable=True),
+    # The goodput of the run's job (every attempt), set when any of its runs receives events.
+    Column("goodput", Double, nullable=True),
     CheckConstraint("status IN ('running', 'finished', 'failed')", name="status"),
     # A scheduler's job attempt is one run (NULLs never collide: runs without a job id are free).
     UniqueConstraint("tenant", "cluster", "scheduler_job_id", "attempt"),

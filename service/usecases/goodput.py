@@ -19,6 +19,11 @@ from service.store.uow import UnitOfWork
 GAIN_TARGETS = (0.90, 0.95)
 
 
+#: Events that end an attempt: the job's stored goodput is recomputed when one arrives, or when an
+#: attempt that has ended receives a late event.
+ATTEMPT_ENDS = (domain.EventKind.JOB_ENDED, domain.EventKind.FAILURE)
+
+
 class RunNotFound(Exception):
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
@@ -66,6 +71,19 @@ def record_events(
     inserted = store.insert_events(
         uow.connection, tenant=tenant, run_pk=run.pk, events=rows, received_at=datetime.now(UTC)
     )
+    if inserted and (
+        any(event.kind in ATTEMPT_ENDS for event in events)
+        or store.run_has_event(uow.connection, run_pk=run.pk, kinds=[kind.value for kind in ATTEMPT_ENDS])
+    ):
+        # The job's goodput, kept on its runs for the fleet statistics, as of its latest ended attempt:
+        # recomputing it reads every event of the job, so a job streaming events into a running
+        # attempt does not pay it on each POST (benchmarks/bench_events.py).
+        view = job_goodput(uow, tenant=tenant, run_id=run_id)
+        store.set_job_goodput(
+            uow.connection,
+            run_pks=[item.pk for item in view.job_runs],
+            goodput=view.result.goodput if view.result else None,
+        )
     uow.commit()
     ignored = [event.event_id for event in events if event.event_id not in inserted]
     # an id repeated in the request is stored once: the later copies are ignored ones

@@ -96,6 +96,34 @@ def test_goodput_of_a_two_attempt_job_is_computed_over_both(store_client: StoreC
     assert [gain["target_goodput"] for gain in body["gains"]] == [0.9, 0.95]
 
 
+def test_the_efficiency_of_an_attempt_carries_its_jobs_goodput_and_effective_mfu(
+    store_client: StoreClient,
+) -> None:
+    first, second = two_attempt_job(store_client)
+    store_client.add(first, [measurement(s, tokens_per_second=5.0e4) for s in (200, 300)])
+    response = store_client.client.get(f"/v1/runs/{first}/efficiency", headers=store_client.reader)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    goodput = body["goodput"]
+    assert goodput["job_run_ids"] == [first, second]
+    assert goodput["goodput"] == pytest.approx(2770 / 3800)  # the hand count of two_attempt_job
+    badput = {item["kind"]: item["seconds"] for item in goodput["badput"]}
+    assert badput["lost_progress"] == pytest.approx(540) and badput["idle_between_attempts"] == 200
+    assert sum(badput.values()) == pytest.approx(3800 - 2770)
+    # only attempt 0 measured: the job's MFU is its median, and effective MFU that × goodput
+    assert goodput["mfu"] == pytest.approx(body["mfu"]["median"], rel=1e-6)
+    assert goodput["effective_mfu"] == pytest.approx(body["mfu"]["median"] * 2770 / 3800, rel=1e-6)
+    assert goodput["link"] == f"/v1/runs/{first}/goodput"
+
+
+def test_the_efficiency_of_a_run_without_events_has_no_goodput(store_client: StoreClient) -> None:
+    run_id = store_client.create_run()["id"]
+    store_client.add(run_id, [measurement(s) for s in (1, 2)])
+    body = store_client.client.get(f"/v1/runs/{run_id}/efficiency", headers=store_client.reader).json()
+    assert body["goodput"] is None
+    assert body["mfu"]["median"] is not None
+
+
 def test_a_retried_post_stores_nothing_twice(store_client: StoreClient) -> None:
     run_id = store_client.create_run()["id"]
     batch = [event("a", "job_started", 0), event("b", "first_step", 10), event("b", "first_step", 11)]

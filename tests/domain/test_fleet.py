@@ -159,32 +159,6 @@ def test_downsampling_keeps_every_measurement_counted_and_the_mean() -> None:
     )
 
 
-def test_tokens_so_far_is_steps_times_the_global_batch() -> None:
-    assert fleet.tokens_so_far(latest_step=1000, global_batch_tokens=4_194_304) == 4_194_304_000
-    assert fleet.tokens_so_far(latest_step=None, global_batch_tokens=4_194_304) == 0
-
-
-def test_time_to_budget_is_what_is_left_over_the_rate() -> None:
-    assert fleet.seconds_to_budget(
-        token_budget=1e12, tokens_done=4e11, tokens_per_second=1e6
-    ) == pytest.approx(6e5)
-    assert fleet.seconds_to_budget(token_budget=1e12, tokens_done=2e12, tokens_per_second=1e6) == 0
-
-
-def test_cost_per_billion_tokens_is_device_hours_times_price() -> None:
-    # 64 devices at 0.4 MFU of 989.4 TFLOP/s with 6.1e10 FLOPs per token:
-    # 64 × 989.4e12 × 0.4 / 6.1066e10 = 414,783 tokens/s, so 1e9 tokens take 2,410.9 s.
-    seconds = fleet.seconds_per_billion_tokens(
-        model_flops_per_token=61_066_469_376, device_count=64, peak_flops_per_device=989.4e12, mfu=0.4
-    )
-    assert seconds == pytest.approx(1e9 * 61_066_469_376 / (64 * 989.4e12 * 0.4))
-    cost = fleet.cost_per_billion_tokens(
-        seconds_per_billion=seconds, device_count=64, price_per_device_hour=2.5
-    )
-    assert cost == pytest.approx(seconds / 3600 * 64 * 2.5)
-    assert cost == pytest.approx(107.16, abs=0.05)
-
-
 # --------------------------------------------------------------------------------------------------
 # A long run's series in step buckets
 

@@ -223,3 +223,17 @@ def test_a_goodput_gain_is_worth_devices() -> None:
     assert goodput_gain_in_devices(1024, 0.80, 0.90) == pytest.approx(128)
     with pytest.raises(InvalidInput):
         goodput_gain_in_devices(8, 0.0, 0.9)
+
+
+def test_thousands_of_stalls_overlapping_a_save_are_classified_by_hand_count() -> None:
+    # 0-10,000 s, first step at 0; a 0.5 s stall ending at every second 1…5,000 (2,500 s of stalls);
+    # a save 4,000-6,000 s: 1,000 of the stalls (ending at 4,001…5,000) lie inside it and count as
+    # stalls (higher priority), so the save keeps 2,000 − 500 = 1,500 s.
+    events = [ev(EventKind.JOB_STARTED, 0), ev(EventKind.FIRST_STEP, 0)]
+    events += [ev(EventKind.DATA_STALL, s, duration_seconds=0.5) for s in range(1, 5001)]
+    events += [ev(EventKind.CHECKPOINT_SAVE_BEGIN, 4000), ev(EventKind.CHECKPOINT_SAVE_END, 6000)]
+    events.append(ev(EventKind.JOB_ENDED, 10_000))
+    result = job_goodput(events)
+    assert result.badput_seconds[Phase.DATA_STALL] == pytest.approx(2500)
+    assert result.badput_seconds[Phase.CHECKPOINT_SAVE] == pytest.approx(1500)
+    assert result.productive_seconds == pytest.approx(10_000 - 2500 - 1500)

@@ -367,6 +367,9 @@ class FleetMfuStats(TypedDict, total=False):
     fleet: Required[list[FleetGroup]]
     tenant: Required[list[FleetGroup]]
     run: Required[RunRank | None]
+    goodput_statistic: Required[str]
+    goodput_fleet: Required[list[GoodputGroup]]
+    goodput_tenant: Required[list[GoodputGroup]]
 
 
 class FlopsComponentsRead(TypedDict, total=False):
@@ -418,6 +421,17 @@ class GoodputGain(TypedDict, total=False):
 
     target_goodput: Required[float]
     devices_worth: Required[float]
+
+
+class GoodputGroup(TypedDict, total=False):
+    """GoodputGroup"""
+
+    accelerator: Required[str]
+    size_class: Required[Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]]
+    job_count: Required[int]
+    goodput: Required[MfuPercentiles]
+    effective_mfu_job_count: Required[int]
+    effective_mfu: Required[MfuPercentiles]
 
 
 class GoodputRead(TypedDict, total=False):
@@ -1423,8 +1437,24 @@ class RunEfficiency(TypedDict, total=False):
     budget_fraction_done: Required[float | None]
     seconds_to_budget: Required[float | None]
     estimated_budget_reached_at: Required[str | None]
+    budget_reached_after_year_9999: bool
     prediction: RunPredictionRead | None
     prediction_note: str | None
+    goodput: RunGoodputSummary | None
+
+
+class RunGoodputSummary(TypedDict, total=False):
+    """The goodput part of a run's efficiency answer: the same figures as ``GET /v1/runs/{id}/goodput``"""
+
+    job_run_ids: Required[list[str]]
+    event_count: Required[int]
+    total_seconds: Required[float]
+    productive_seconds: Required[float]
+    goodput: Required[float | None]
+    mfu: Required[float | None]
+    effective_mfu: Required[float | None]
+    badput: Required[list[BadputItem]]
+    link: Required[str]
 
 
 class RunLinks(TypedDict, total=False):

@@ -13,12 +13,13 @@ from service.api.schemas.runs import (
     RunSummary,
     SizeClassName,
 )
-from service.domain import fleet
+from service.domain import economics
 from service.store import records as records_store
+from service.usecases.efficiency import budget_of
 
 
 def run_summary(run: records_store.RunRecord) -> RunSummary:
-    tokens = fleet.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
+    tokens = economics.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
     return RunSummary(
         measurement_count=run.measurement_count,
         first_measured_at=run.first_measured_at,
@@ -28,18 +29,13 @@ def run_summary(run: records_store.RunRecord) -> RunSummary:
         median_mfu=run.median_mfu,
         latest_tokens_per_second=run.latest_tokens_per_second,
         tokens_so_far=tokens,
-        seconds_to_budget=seconds_to_budget(run, tokens),
+        seconds_to_budget=budget_outlook(run, tokens).seconds_to_budget,
     )
 
 
-def seconds_to_budget(run: records_store.RunRecord, tokens_done: int) -> float | None:
-    if run.token_budget_tokens is None or not run.latest_tokens_per_second:
-        return None
-    return fleet.seconds_to_budget(
-        token_budget=run.token_budget_tokens,
-        tokens_done=tokens_done,
-        tokens_per_second=run.latest_tokens_per_second,
-    )
+def budget_outlook(run: records_store.RunRecord, tokens_done: int) -> economics.BudgetOutlook:
+    """When the run reaches its token budget (:func:`service.usecases.efficiency.budget_of`)."""
+    return budget_of(run, tokens_done)
 
 
 def run_read(run: records_store.RunRecord) -> RunRead:

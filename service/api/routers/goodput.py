@@ -11,13 +11,13 @@ from service import goodput_plot
 from service.api.deps import Reader, WritePrincipal, WriteUow
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
+from service.api.presenters.goodput import badput_items
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.fields import RUN_ID_PATTERN
 from service.api.schemas.goodput import (
     EVENT_EXAMPLE,
     EVENTS_EXAMPLE,
     AttemptRead,
-    BadputItem,
     CheckpointAdviceRead,
     EventIn,
     EventsAdded,
@@ -25,7 +25,7 @@ from service.api.schemas.goodput import (
     GoodputRead,
     PhaseSpan,
 )
-from service.domain.goodput import BADPUT_KINDS, Phase
+from service.domain.goodput import Phase
 from service.usecases import goodput as usecase
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
@@ -97,19 +97,7 @@ def add_events(
 def _present(view: usecase.JobGoodput) -> GoodputRead:
     result = view.result
     total = result.total_seconds if result else 0.0
-    badput = (
-        [
-            BadputItem(
-                kind=kind,
-                seconds=result.badput_seconds[kind],
-                fraction=result.badput_seconds[kind] / total if total > 0 else 0.0,
-                device_hours=view.device_hours_by_phase.get(kind, 0.0),
-            )
-            for kind in BADPUT_KINDS
-        ]
-        if result
-        else []
-    )
+    badput = badput_items(view)
     advice = view.advice
     return GoodputRead(
         run_id=view.run_id,

@@ -350,7 +350,7 @@ def list_measurements(
 def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEfficiency | Response:
     media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
-        view = efficiency.run_efficiency(uow.connection, principal=reader.principal, run_id=run_id)
+        view = efficiency.run_efficiency(uow, principal=reader.principal, run_id=run_id)
     if media_type == JSON:
         return view.answer
     answer = view.answer

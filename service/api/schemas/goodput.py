@@ -124,3 +124,18 @@ class GoodputRead(ApiModel):
     checkpoint: CheckpointAdviceRead
     gains: list[GoodputGain] = Field(description="what raising goodput to these values is worth in devices")
     warnings: list[str] = Field(description="what the timeline had to assume (missing ends, clock skew)")
+
+
+class RunGoodputSummary(ApiModel):
+    """The goodput part of a run's efficiency answer: the same figures as ``GET /v1/runs/{id}/goodput``
+    over the run's job, without its timeline and advice."""
+
+    job_run_ids: list[str] = Field(description="the job's attempts: runs that share its scheduler job id")
+    event_count: int
+    total_seconds: float = Field(description="allocated wall-clock over every attempt, idle included")
+    productive_seconds: float
+    goodput: float | None = Field(description="productive ÷ total (null when the timeline has no length)")
+    mfu: float | None = Field(description="the job's median MFU while training (time-weighted by attempt)")
+    effective_mfu: float | None = Field(description="MFU × goodput: the share of the paid peak that trained")
+    badput: list[BadputItem]
+    link: str = Field(description="the full answer: timeline, attempts, checkpoint advice")

@@ -27,6 +27,7 @@ from service.api.schemas.common import (
     ThroughputIn,
 )
 from service.api.schemas.fields import StrictFloat, StrictInt, Text, UtcDatetime
+from service.api.schemas.goodput import RunGoodputSummary
 from service.api.schemas.layout import LayoutRead
 from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.rules import (
@@ -565,8 +566,13 @@ class RunEfficiency(ApiModel):
     current_tokens_per_second: float | None = Field(description="the latest measurement's")
     token_budget_tokens: int | None
     budget_fraction_done: float | None
-    seconds_to_budget: float | None
-    estimated_budget_reached_at: datetime | None
+    seconds_to_budget: float | None = Field(
+        description="at the latest tokens/s (null if too long for a number)"
+    )
+    estimated_budget_reached_at: datetime | None = Field(description="null past 9999-12-31T23:59:59.999999Z")
+    budget_reached_after_year_9999: bool = Field(
+        default=False, description="the budget date lies past the last date-time (reached_at is null)"
+    )
     prediction: RunPredictionRead | None = Field(
         default=None,
         description="the run's step predicted from its recorded layout (POST /v1/predictions/step under "
@@ -575,6 +581,12 @@ class RunEfficiency(ApiModel):
     )
     prediction_note: str | None = Field(
         default=None, description="why `prediction` is null and which run fields would give one"
+    )
+    goodput: RunGoodputSummary | None = Field(
+        default=None,
+        description="where the job's allocated wall-clock went (goodput, badput by kind) and effective "
+        "MFU = MFU × goodput, over the attempts of the run's job; null when the job has no events "
+        "(POST /v1/runs/{run_id}/events)",
     )
 
 

@@ -23,6 +23,19 @@ class FleetGroup(ApiModel):
     percentiles: MfuPercentiles
 
 
+class GoodputGroup(ApiModel):
+    accelerator: str = Field(description="catalog id (`custom` for caller-described parts, tenant only)")
+    size_class: SizeClassName
+    job_count: int = Field(
+        description="jobs with an ended attempt (job_ended or failure; each job once, in its latest run's group)"
+    )
+    goodput: MfuPercentiles = Field(description="percentiles of job goodput (productive ÷ allocated time)")
+    effective_mfu_job_count: int = Field(description="of those, jobs with a measured MFU")
+    effective_mfu: MfuPercentiles = Field(
+        description="percentiles of effective MFU = the job's MFU (mean of its attempts' medians) × goodput"
+    )
+
+
 class RunRank(ApiModel):
     run_id: str
     accelerator: str
@@ -53,3 +66,8 @@ class FleetMfuStats(ApiModel):
     fleet: list[FleetGroup] = Field(description="across every tenant: aggregates only")
     tenant: list[FleetGroup] = Field(description="the caller's tenant alone (every group)")
     run: RunRank | None = Field(description="where `run_id` ranks, when it was given")
+    goodput_statistic: str
+    goodput_fleet: list[GoodputGroup] = Field(
+        description="across every tenant: aggregates only, groups of at least minimum_runs_per_group jobs"
+    )
+    goodput_tenant: list[GoodputGroup] = Field(description="the caller's tenant alone (every group)")

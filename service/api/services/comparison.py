@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection
 
-from service.api.presenters.runs import seconds_to_budget
+from service.api.presenters.runs import budget_outlook
 from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.runs import (
     ParallelLayoutRead,
@@ -15,7 +15,7 @@ from service.api.schemas.runs import (
     RunComparisonItem,
     RunStatus,
 )
-from service.domain import fleet, hardware
+from service.domain import economics, hardware
 from service.store import records as records_store
 from service.store import runs as store
 from service.store.keys import Principal
@@ -43,25 +43,33 @@ def _configuration(run: records_store.RunRecord) -> dict[str, Any]:
 
 
 def _comparison_item(run: records_store.RunRecord) -> RunComparisonItem:
-    tokens = fleet.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
+    tokens = economics.tokens_so_far(latest_step=run.latest_step, global_batch_tokens=run.global_batch_tokens)
     median_tflops = median_rate = cost = budget_at_median = None
     if run.median_mfu is not None and run.median_mfu > 0:
-        seconds_per_billion = fleet.seconds_per_billion_tokens(
+        seconds_per_billion = economics.seconds_per_billion_tokens(
             model_flops_per_token=run.model_flops_per_token,
             device_count=run.device_count,
             peak_flops_per_device=run.peak_tflops_per_device * hardware.TERA,
             mfu=run.median_mfu,
         )
         median_tflops = run.median_mfu * run.peak_tflops_per_device
-        median_rate = fleet.BILLION / seconds_per_billion / run.device_count
+        median_rate = (
+            economics.tokens_per_second_at(seconds_per_billion=seconds_per_billion) / run.device_count
+        )
         if run.price_per_device_hour is not None:
-            cost = fleet.cost_per_billion_tokens(
+            cost = economics.cost_per_billion_tokens(
                 seconds_per_billion=seconds_per_billion,
                 device_count=run.device_count,
                 price_per_device_hour=run.price_per_device_hour,
             )
         if run.token_budget_tokens is not None:
-            budget_at_median = seconds_per_billion * run.token_budget_tokens / fleet.BILLION
+            budget_at_median = economics.seconds_for_tokens(
+                run.token_budget_tokens,
+                model_flops_per_token=run.model_flops_per_token,
+                device_count=run.device_count,
+                peak_flops_per_device=run.peak_tflops_per_device * hardware.TERA,
+                mfu=run.median_mfu,
+            )
     return RunComparisonItem(
         run_id=run.id,
         status=cast("RunStatus", run.status),
@@ -80,7 +88,7 @@ def _comparison_item(run: records_store.RunRecord) -> RunComparisonItem:
         cost_per_billion_tokens=cost,
         tokens_so_far=tokens,
         token_budget_tokens=run.token_budget_tokens,
-        seconds_to_budget=seconds_to_budget(run, tokens),
+        seconds_to_budget=budget_outlook(run, tokens).seconds_to_budget,
         seconds_for_budget_at_median=budget_at_median,
         configuration=_configuration(run),
     )

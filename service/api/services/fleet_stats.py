@@ -7,9 +7,17 @@ from typing import cast
 from sqlalchemy import Connection
 
 from service.api.schemas.runs import SizeClassName
-from service.api.schemas.stats import FleetGroup, FleetMfuStats, MfuPercentiles, RunRank, SizeClassRead
+from service.api.schemas.stats import (
+    FleetGroup,
+    FleetMfuStats,
+    GoodputGroup,
+    MfuPercentiles,
+    RunRank,
+    SizeClassRead,
+)
 from service.api.services.runs import require_run
 from service.domain import fleet
+from service.store import events as events_store
 from service.store import histograms as histograms_store
 from service.store import records as records_store
 from service.store.keys import Principal
@@ -37,6 +45,47 @@ def _groups(histograms: dict[histograms_store.GroupKey, dict[int, int]], *, mini
             )
         )
     return groups
+
+
+GOODPUT_STATISTIC = (
+    "per-job goodput (productive ÷ allocated wall-clock over every attempt, from the job's events, as of "
+    "its latest ended attempt: job_ended or failure; each job once, in its latest run's group) and "
+    "effective MFU = the job's MFU (mean of its attempts' median MFUs) × goodput"
+)
+
+
+def goodput_samples(rows: list[events_store.GoodputRow], *, fleet_only: bool) -> list[fleet.GoodputSample]:
+    """Stored rows as the domain counts them; across tenants, caller-described parts stay out."""
+    return [
+        fleet.GoodputSample(
+            job=(row.tenant, row.cluster, row.scheduler_job_id)
+            if row.scheduler_job_id is not None
+            else (row.tenant, row.pk),
+            pk=row.pk,
+            group=(row.accelerator, row.size_class),
+            goodput=row.goodput,
+            median_mfu=row.median_mfu,
+        )
+        for row in rows
+        if not (fleet_only and row.accelerator == records_store.CUSTOM_ACCELERATOR)
+    ]
+
+
+def _goodput_groups(
+    histograms: dict[tuple[str, str], fleet.GoodputHistograms], *, minimum: int
+) -> list[GoodputGroup]:
+    return [
+        GoodputGroup(
+            accelerator=accelerator,
+            size_class=cast("SizeClassName", size_class),
+            job_count=group.job_count,
+            goodput=_percentiles(group.goodput),
+            effective_mfu_job_count=sum(group.effective_mfu.values()),
+            effective_mfu=_percentiles(group.effective_mfu),
+        )
+        for (accelerator, size_class), group in sorted(histograms.items())
+        if group.job_count >= minimum
+    ]
 
 
 def fleet_mfu_stats(
@@ -74,6 +123,27 @@ def fleet_mfu_stats(
         fleet=_groups(fleet_groups, minimum=fleet.MIN_FLEET_GROUP_RUNS),
         tenant=_groups(tenant_groups, minimum=1),
         run=rank,
+        goodput_statistic=GOODPUT_STATISTIC,
+        goodput_fleet=_goodput_groups(
+            fleet.goodput_histograms(
+                goodput_samples(
+                    events_store.goodput_rows(connection, accelerator=accelerator, size_class=size_class),
+                    fleet_only=True,
+                )
+            ),
+            minimum=fleet.MIN_FLEET_GROUP_RUNS,
+        ),
+        goodput_tenant=_goodput_groups(
+            fleet.goodput_histograms(
+                goodput_samples(
+                    events_store.goodput_rows(
+                        connection, tenant=tenant, accelerator=accelerator, size_class=size_class
+                    ),
+                    fleet_only=False,
+                )
+            ),
+            minimum=1,
+        ),
     )
 
 

@@ -22,7 +22,7 @@ from service.api.presenters.memory import layout_read
 from service.api.presenters.predictions import losses, prediction_warnings
 from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.runs import PredictedLossRead, RunPredictionRead
-from service.domain import fleet, hardware
+from service.domain import economics, hardware
 from service.domain.errors import DomainError
 from service.domain.performance import StepPrediction
 from service.store import records as records_store
@@ -183,13 +183,13 @@ def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) 
     measured = run.median_mfu if run.median_mfu is not None and run.median_mfu > 0 else None
     tokens_per_second = step_seconds = gap = ratio = None
     if measured is not None:
-        seconds_per_billion = fleet.seconds_per_billion_tokens(
+        seconds_per_billion = economics.seconds_per_billion_tokens(
             model_flops_per_token=run.model_flops_per_token,
             device_count=run.device_count,
             peak_flops_per_device=run.peak_tflops_per_device * hardware.TERA,
             mfu=measured,
         )
-        tokens_per_second = fleet.BILLION / seconds_per_billion
+        tokens_per_second = economics.tokens_per_second_at(seconds_per_billion=seconds_per_billion)
         step_seconds = run.global_batch_tokens / tokens_per_second
         gap = 100.0 * (prediction.mfu - measured)
         ratio = measured / prediction.mfu
