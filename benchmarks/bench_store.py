@@ -553,6 +553,7 @@ class BulkLoader:
                 attempt=0,
                 token_budget_tokens=(10**12 if pk % 3 == 0 else None),
                 price_per_device_hour=(2.5 if pk % 2 == 0 else None),
+                goodput=None,  # a job's goodput comes from its events; the loader writes none
             )
             values.update(summary["values"])
             values.update(pk=pk, id=run_id, tenant=tenant, spec=config.spec_json)
