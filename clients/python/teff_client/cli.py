@@ -199,6 +199,10 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         print("teff-client: no free attempt number for this job", file=sys.stderr)
         return 1
     status = "finished" if args.exit_code == 0 else "failed"
+    if client.get_run(args.run_id)["status"] == "running":
+        # The job did not mark itself (no integration, or it died without a word): the exit code is
+        # the job's end on its goodput timeline. One id per run, so a repeated hook stores it once.
+        client.add_events(args.run_id, _exit_event(args.run_id, args.exit_code))
     try:
         run = client.finish_run(args.run_id, status)
     except ProblemError as error:
@@ -207,6 +211,27 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         run = client.get_run(args.run_id)  # the job marked itself already: its word stands
     print(f"{run['id']} {run['status']}")
     return 0
+
+
+def exit_reason(exit_code: int) -> str:
+    """What a job step's exit code says: bash(1) EXIT STATUS gives 128+N for a command killed by
+    signal N (137: SIGKILL, as the out-of-memory killer sends)."""
+    if exit_code > 128:
+        return f"exit code {exit_code} (killed by signal {exit_code - 128})"
+    return f"exit code {exit_code}"
+
+
+def _exit_event(run_id: str, exit_code: int) -> dict[str, Any]:
+    import datetime as dt
+
+    event: dict[str, Any] = {
+        "event_id": f"job-end-{run_id}",
+        "kind": "job_ended" if exit_code == 0 else "failure",
+        "time": dt.datetime.now(dt.UTC).isoformat(),
+    }
+    if exit_code != 0:
+        event["reason"] = exit_reason(exit_code)
+    return event
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     job_commands = job.add_subparsers(dest="job_command", required=True)
     begin = job_commands.add_parser("begin", help="create or resume this job's run; print its id")
     begin.add_argument("--run", required=True, help="a RunCreate body (JSON text or @file)")
-    end = job_commands.add_parser("end", help="mark the run finished (exit code 0) or failed")
+    end = job_commands.add_parser(
+        "end", help="mark the run finished (exit code 0) or failed, the exit code its failure reason"
+    )
     end.add_argument("--run-id", required=True)
     end.add_argument("--exit-code", type=int, required=True)
     return parser

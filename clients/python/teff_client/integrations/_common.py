@@ -173,3 +173,51 @@ class StepWindow:
         self._window_started, self._steps_in_window = now, 0
         self.reporter.log(step, step_time_seconds=step_time, loss=loss)
         return step_time
+
+
+class JobTimeline:
+    """The goodput events an integration sends (``POST /v1/runs/{id}/events`` through the reporter's
+    queue, never blocking the training thread): where the job's wall-clock went outside training
+    steps. The service reads them as its goodput decomposition (service/domain/goodput.py).
+
+    * ``job_started`` at the moment the integration was built (the process had just started: the
+      script builds its callbacks before the framework starts), then ``restart`` with the attempt
+      number when the scheduler says this is a retry (``attempt`` > 0, from :func:`scheduler_facts`);
+    * ``startup_done`` when the framework begins training; ``first_step`` after the first step;
+    * spans (checkpoint save, checkpoint restore, evaluation) opened and closed by the callbacks at
+      the hooks each framework offers; a span still open at the next one's start closes there.
+    """
+
+    def __init__(self) -> None:
+        self.created_at = time.time()
+        self.reporter: Reporter | None = None
+        self._first_step_seen = False
+        self._open: dict[str, str] = {}  # begin kind -> end kind
+
+    def started(self, reporter: Reporter, *, attempt: int | None, step: int = 0) -> None:
+        self.reporter = reporter
+        reporter.event("job_started", step=step, at=self.created_at)
+        if attempt:
+            reporter.event("restart", step=step, attempt=int(attempt), at=self.created_at)
+        reporter.event("startup_done", step=step)
+
+    def step_done(self, step: int) -> None:
+        if not self._first_step_seen and self.reporter is not None:
+            self._first_step_seen = True
+            self.reporter.event("first_step", step=step)
+
+    def begin(self, kind: str, step: int | None, *, at: float | None = None) -> None:
+        """Open the span ``kind`` (``checkpoint_save``, ``checkpoint_restore``, ``evaluation``) now, or
+        at the ``time.time()`` stamp ``at``."""
+        if self.reporter is None or kind in self._open:
+            return
+        self._open[kind] = f"{kind}_end"
+        self.reporter.event(f"{kind}_begin", step=step, at=at)
+
+    def end(self, kind: str, step: int | None) -> None:
+        if self.reporter is None or self._open.pop(kind, None) is None:
+            return
+        self.reporter.event(f"{kind}_end", step=step)
+
+    def is_open(self, kind: str) -> bool:
+        return kind in self._open

@@ -7,10 +7,18 @@ and the micro-batch (× accumulation × world size = the global batch); the mode
 of the LightningModule (or its ``.model``), or ``model_ref=``. Every ``report_every_n_steps``
 optimizer steps the mean step time is reported and the MFU the service answered is logged with
 ``pl_module.log("teff_mfu", ...)``. Finished at ``on_fit_end``, failed on ``on_exception``.
+
+Goodput events (:class:`~teff_client.integrations._common.JobTimeline`): job start (when the
+callback was built) and, for a scheduler retry, the attempt; start-up done and the first step. A
+checkpoint save runs from ``on_save_checkpoint`` (Lightning calls it as it assembles the checkpoint,
+before writing it) to the next training batch's start (or the fit's end); a restore from
+``on_load_checkpoint`` (the file is read, the states not yet restored) to the first training batch's
+start; an evaluation from ``on_validation_start`` to ``on_validation_end``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +26,7 @@ import lightning.pytorch as pl
 
 from teff_client import Client
 from teff_client.integrations._common import (
+    JobTimeline,
     StepWindow,
     client_from,
     hardware_ref,
@@ -79,6 +88,8 @@ class EfficiencyCallback(pl.Callback):
         self._window: StepWindow | None = None
         self._last_step = -1
         self._ended = False
+        self.timeline = JobTimeline()
+        self._restore_began_at: float | None = None
 
     @property
     def run_id(self) -> str | None:
@@ -116,6 +127,25 @@ class EfficiencyCallback(pl.Callback):
         client = client_from(*self._client_args)
         self.reporter = client.reporter(run=self.run, **self.reporter_options)
         self._window = StepWindow(self.reporter, self.report_every_n_steps)
+        step = int(trainer.global_step)
+        self.timeline.started(self.reporter, attempt=self.run.get("attempt"), step=step)
+        if self._restore_began_at is not None:
+            self.timeline.begin("checkpoint_restore", step, at=self._restore_began_at)
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        self._restore_began_at = time.time()  # the reporter starts with the first batch
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        if trainer.is_global_zero:
+            self.timeline.begin("checkpoint_save", int(trainer.global_step))
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            self.timeline.begin("evaluation", int(trainer.global_step))
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            self.timeline.end("evaluation", int(trainer.global_step))
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if not trainer.is_global_zero:
@@ -123,6 +153,9 @@ class EfficiencyCallback(pl.Callback):
         if self.reporter is None:
             self._describe(trainer, pl_module, batch)
         assert self._window is not None
+        step = int(trainer.global_step)
+        self.timeline.end("checkpoint_restore", step)
+        self.timeline.end("checkpoint_save", step)
         self._window.start()
 
     def on_train_batch_end(
@@ -134,18 +167,21 @@ class EfficiencyCallback(pl.Callback):
         if step == self._last_step:
             return  # a micro-batch inside gradient accumulation: no optimizer step yet
         self._last_step = step
+        self.timeline.step_done(step)
         if self._window.step_done(step) is not None and self.reporter is not None:
             mfu = self.reporter.stats.latest_mfu
             if mfu is not None:
                 pl_module.log("teff_mfu", float(mfu), on_step=True, prog_bar=True, rank_zero_only=True)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self.timeline.end("checkpoint_save", int(trainer.global_step))
         self.finish("finished")
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.finish("failed")
+        self.finish("failed", reason=f"{type(exception).__name__}: {exception}")
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str, *, reason: str | None = None) -> None:
+        """Mark the run ``status``, ending the job's timeline (``job_ended``, or ``failure``)."""
         if self.reporter is not None and not self._ended:
             self._ended = True
-            self.reporter.close(status=status)
+            self.reporter.end(status, reason=reason)

@@ -8,6 +8,16 @@ On ``on_train_begin`` it describes the run from the model's config (``hf_config`
 thread creates or resumes it. Every ``report_every_n_steps`` optimizer steps it reports the mean step
 time; the MFU the service answers is added to the Trainer's logs as ``teff_mfu``. The run is marked
 finished at ``on_train_end``, failed when the process exits without reaching it.
+
+Goodput events (:class:`~teff_client.integrations._common.JobTimeline`): job start (when the
+callback was built) and, for a scheduler retry, the attempt; start-up done at ``on_train_begin``;
+the first step. A checkpoint save runs from the end of the step whose ``control.should_save`` the
+Trainer set (the save follows that step) to ``on_save`` (called once the checkpoint is written); an
+evaluation likewise from ``control.should_evaluate`` to ``on_evaluate``. A resumed run
+(``resume_from_checkpoint``: the Trainer has loaded the checkpoint's state, so ``global_step`` > 0 at
+``on_train_begin``) counts a checkpoint restore from ``on_train_begin`` to its first step's start:
+the part of a restore the Trainer does after the callbacks can see it (restoring the optimizer and
+RNG states and skipping the batches already seen); loading the weights before it is in start-up.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from transformers import TrainerCallback
 
 from teff_client import Client
 from teff_client.integrations._common import (
+    JobTimeline,
     StepWindow,
     client_from,
     hardware_ref,
@@ -68,6 +79,7 @@ class EfficiencyCallback(TrainerCallback):
         self.run: dict[str, Any] | None = None
         self._window: StepWindow | None = None
         self._ended = False
+        self.timeline = JobTimeline()
 
     @property
     def run_id(self) -> str | None:
@@ -98,14 +110,31 @@ class EfficiencyCallback(TrainerCallback):
         self.reporter = client.reporter(run=self.run, **self.reporter_options)
         self._window = StepWindow(self.reporter, self.report_every_n_steps)
         atexit.register(self._exit_without_end)
+        self.timeline.started(self.reporter, attempt=self.run.get("attempt"), step=state.global_step)
+        if state.global_step > 0:
+            self.timeline.begin("checkpoint_restore", state.global_step)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._window is not None:
+            self.timeline.end("checkpoint_restore", state.global_step)
             self._window.start()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._window is not None:
-            self._window.step_done(state.global_step)
+        if self._window is None:
+            return
+        self._window.step_done(state.global_step)
+        self.timeline.step_done(state.global_step)
+        # The DefaultFlowCallback (first in the Trainer's list) has decided what follows this step.
+        if getattr(control, "should_evaluate", False):
+            self.timeline.begin("evaluation", state.global_step)
+        if getattr(control, "should_save", False):
+            self.timeline.begin("checkpoint_save", state.global_step)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.timeline.end("evaluation", state.global_step)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.timeline.end("checkpoint_save", state.global_step)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
@@ -124,9 +153,11 @@ class EfficiencyCallback(TrainerCallback):
         self.finish("finished")
 
     def finish(self, status: str) -> None:
+        """Mark the run ``status``, ending the job's timeline (``job_ended``, or ``failure``)."""
         if self.reporter is not None and not self._ended:
             self._ended = True
-            self.reporter.close(status=status)
+            reason = "the process exited before the Trainer's on_train_end" if status == "failed" else None
+            self.reporter.end(status, reason=reason)
             atexit.unregister(self._exit_without_end)
 
     def _exit_without_end(self) -> None:
