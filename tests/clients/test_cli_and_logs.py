@@ -205,3 +205,36 @@ def test_the_installed_entry_point_and_its_errors(keyed_server: KeyedServer) -> 
     )
     assert planned.returncode == 0, planned.stderr
     assert "feasible" in planned.stdout and "1." in planned.stdout
+
+
+def test_job_end_records_the_exit_code_once_and_leaves_a_self_marked_run_alone(
+    keyed_server: KeyedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``job end`` after a step killed by SIGKILL (bash: 128 + 9), called twice as a retried hook
+    would: one failure event naming the signal; a run its job already marked gets no event."""
+    client = Client(keyed_server.base_url, api_key=keyed_server.api_key)
+    base = ["--url", keyed_server.base_url, "--api-key", keyed_server.api_key]
+    description = {
+        "model": {"preset": "llama3.1-8b"},
+        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 8},
+        "seq_len_tokens": 8192,
+        "global_batch_sequences": 64,
+        "cluster": "cli-test",
+    }
+    killed = client.create_run({**description, "scheduler_job_id": "cli-killed"})
+    for _ in range(2):
+        assert main([*base, "job", "end", "--run-id", killed["id"], "--exit-code", "137"]) == 0
+    assert client.get_run(killed["id"])["status"] == "failed"
+    goodput = client.get_goodput(killed["id"])
+    assert goodput["event_count"] == 1
+    assert [(a["failed"], a["failure_reason"]) for a in goodput["attempts"]] == [
+        (True, "exit code 137 (killed by signal 9)")
+    ]
+
+    marked = client.create_run({**description, "scheduler_job_id": "cli-marked"})
+    client.finish_run(marked["id"], "finished")
+    assert main([*base, "job", "end", "--run-id", marked["id"], "--exit-code", "1"]) == 0
+    assert client.get_run(marked["id"])["status"] == "finished", "the job's own word stands"
+    assert client.get_goodput(marked["id"])["event_count"] == 0
+    capsys.readouterr()
+    client.close()
