@@ -265,3 +265,34 @@ def test_least_compute_is_runnable_and_meets_the_steps_cap(overhead: float, dp: 
     assert got.batch_tokens % step == 0 and got.meets_caps
     assert bc / got.batch_tokens <= overhead * (1 + 1e-12)
     assert got.batch_tokens - step < bc / overhead or got.batch_tokens == step
+
+
+@given(
+    st.floats(1e8, 1e12),
+    st.floats(1e6, 1e13),
+    st.integers(0, 6),
+    st.sampled_from([1.0, 4096.0, 8192.0 * 64]),
+)
+def test_every_ramp_phase_stays_within_the_fit_and_at_or_below_the_critical_batch(
+    params: float, total: float, doublings: int, gran: float
+) -> None:
+    predict = chinchilla_loss_predictor(CHINCHILLA_ROUNDED, params)
+    cap = 2**24 * 1.0
+    got = ramp(
+        total_tokens=total,
+        loss_at_tokens=predict,
+        critical_batch_at_loss=kaplan_critical_batch_tokens,
+        start_batch_tokens=max(gran, cap / 2**doublings),
+        max_batch_tokens=cap,
+        granularity_tokens=gran,
+    )
+    highest = predict(CHINCHILLA_ROUNDED.min_tokens_fitted)
+    assert got.phases[0].start_tokens == 0 and got.phases[-1].end_tokens == total
+    for before, after in itertools.pairwise(got.phases):
+        assert after.batch_tokens > before.batch_tokens and after.loss_at_start <= before.loss_at_start
+        # a doubling happens only once B_crit has reached the new batch
+        assert after.batch_tokens <= after.critical_batch_tokens_at_start * (1 + 1e-6)
+    for p in got.phases:
+        assert p.loss_at_start <= highest and p.batch_tokens % gran == 0 and p.batch_tokens <= cap
+    assert got.constant_batch_tokens == max(got.phases[0].batch_tokens, cap // gran * gran)
+    assert got.steps_saved == got.constant_batch_steps - got.total_steps
