@@ -27,6 +27,7 @@ from service.domain.scaling import LossFit, chinchilla_loss
 
 __all__ = [
     "BatchRamp",
+    "BatchRecommendation",
     "CriticalBatch",
     "CriticalBatchModel",
     "GradientAccumulation",
@@ -44,6 +45,7 @@ __all__ = [
     "minicpm_optimal_batch_tokens",
     "noise_scale",
     "ramp",
+    "recommend_batch",
     "recommend_batch_tokens",
     "tradeoff",
 ]
@@ -279,6 +281,84 @@ def _round_to(value: float, granularity: float) -> float:
     return max(granularity, round(value / granularity) * granularity)
 
 
+def _floor_to(value: float, granularity: float) -> float:
+    """The largest multiple of ``granularity`` ≤ ``value`` (0 when none), forgiving 1e-9 of float noise."""
+    return math.floor(round(value / granularity, 9)) * granularity
+
+
+def _ceil_to(value: float, granularity: float) -> float:
+    return max(1, math.ceil(round(value / granularity, 9))) * granularity
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecommendation:
+    """A batch for an objective, runnable by the layout, and whether it meets the request's caps."""
+
+    batch_tokens: float
+    meets_caps: bool
+    note: str  # how the batch was rounded, and which cap it breaks when none runnable meets it
+
+
+def recommend_batch(
+    critical_batch_tokens: float,
+    *,
+    objective: Objective = "balanced",
+    max_compute_overhead: float = 1.0,
+    max_steps_overhead: float = 4.0,
+    min_batch_tokens: float = 0.0,
+    granularity_tokens: float | None = None,
+) -> BatchRecommendation:
+    """A batch for an objective, a multiple of ``granularity_tokens`` (what the layout can run: one
+    micro-step, micro_batch × data-parallel size × seq_len, or seq_len × DP without a micro-batch):
+
+    - ``"balanced"``: B = B_crit (2× the minimum steps and 2× the minimum data; Kaplan §5.1), the
+      nearest runnable multiple.
+    - ``"fewest_steps"``: the largest batch whose data overhead E/E_min − 1 = B/B_crit stays within
+      ``max_compute_overhead`` → B = overhead·B_crit (default 1.0), rounded DOWN to a runnable multiple so
+      the cap still holds; when even one micro-step breaks it, that micro-step with ``meets_caps`` false.
+    - ``"least_compute"``: the smallest batch whose step overhead S/S_min − 1 = B_crit/B stays within
+      ``max_steps_overhead`` → B = B_crit/overhead (default 4: S/S_min = 5, E/E_min = 1.25), rounded UP
+      so the cap still holds, never below ``min_batch_tokens`` (e.g. one sequence per rank).
+    """
+    bc = _positive(critical_batch_tokens, "critical_batch_tokens")
+    if objective not in get_args(Objective):
+        raise InvalidInput(
+            f"Unknown objective {objective!r}; use one of {', '.join(get_args(Objective))}.",
+            field="objective",
+        )
+    if min_batch_tokens < 0:
+        raise InvalidInput("min_batch_tokens must be ≥ 0.", field="min_batch_tokens")
+    step = None if granularity_tokens is None else _positive(granularity_tokens, "granularity_tokens")
+    if objective == "fewest_steps":
+        cap = _positive(max_compute_overhead, "max_compute_overhead")
+        b = max(cap * bc, float(min_batch_tokens))
+        if step is None:
+            return BatchRecommendation(b, b <= cap * bc, "")
+        down = _floor_to(cap * bc, step)
+        if down >= step and down >= min_batch_tokens:
+            note = f"rounded down to a multiple of {step:,.0f} tokens so B/B_crit ≤ max_compute_overhead"
+            return BatchRecommendation(down, True, note)
+        b = _ceil_to(max(step, float(min_batch_tokens)), step)
+        note = (
+            f"no runnable batch meets the max_compute_overhead cap of {cap:g}: the smallest multiple of "
+            f"{step:,.0f} tokens is {b / bc:.3g}× B_crit; use a smaller micro-batch or fewer ranks"
+        )
+        return BatchRecommendation(b, False, note)
+    if objective == "least_compute":
+        steps_cap = _positive(max_steps_overhead, "max_steps_overhead")
+        b = max(bc / steps_cap, float(min_batch_tokens))
+        if step is None:
+            return BatchRecommendation(b, True, "")
+        note = f"rounded up to a multiple of {step:,.0f} tokens so B_crit/B ≤ max_steps_overhead"
+        return BatchRecommendation(_ceil_to(b, step), True, note)
+    b = max(bc, float(min_batch_tokens))
+    if step is None:
+        return BatchRecommendation(b, True, "")
+    return BatchRecommendation(
+        _round_to(b, step), True, f"rounded to the nearest multiple of {step:,.0f} tokens"
+    )
+
+
 def recommend_batch_tokens(
     critical_batch_tokens: float,
     *,
@@ -288,33 +368,15 @@ def recommend_batch_tokens(
     min_batch_tokens: float = 0.0,
     granularity_tokens: float | None = None,
 ) -> float:
-    """A batch for an objective (before rounding to ``granularity_tokens``, e.g. seq_len × DP):
-
-    - ``"balanced"``: B = B_crit (2× the minimum steps and 2× the minimum data; Kaplan §5.1).
-    - ``"fewest_steps"``: the largest batch whose data overhead E/E_min − 1 = B/B_crit stays within
-      ``max_compute_overhead`` → B = overhead·B_crit (default 1.0, i.e. B_crit).
-    - ``"least_compute"``: the smallest batch whose step overhead S/S_min − 1 = B_crit/B stays within
-      ``max_steps_overhead`` → B = B_crit/overhead (default 4: S/S_min = 5, E/E_min = 1.25), never
-      below ``min_batch_tokens`` (a practical minimum: one sequence per data-parallel rank, ...).
-    """
-    bc = _positive(critical_batch_tokens, "critical_batch_tokens")
-    if objective == "balanced":
-        b = bc
-    elif objective == "fewest_steps":
-        b = _positive(max_compute_overhead, "max_compute_overhead") * bc
-    elif objective == "least_compute":
-        b = bc / _positive(max_steps_overhead, "max_steps_overhead")
-    else:
-        raise InvalidInput(
-            f"Unknown objective {objective!r}; use one of {', '.join(get_args(Objective))}.",
-            field="objective",
-        )
-    if min_batch_tokens < 0:
-        raise InvalidInput("min_batch_tokens must be ≥ 0.", field="min_batch_tokens")
-    b = max(b, float(min_batch_tokens))
-    if granularity_tokens is not None:
-        b = _round_to(b, _positive(granularity_tokens, "granularity_tokens"))
-    return b
+    """:func:`recommend_batch`'s batch alone."""
+    return recommend_batch(
+        critical_batch_tokens,
+        objective=objective,
+        max_compute_overhead=max_compute_overhead,
+        max_steps_overhead=max_steps_overhead,
+        min_batch_tokens=min_batch_tokens,
+        granularity_tokens=granularity_tokens,
+    ).batch_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,16 +420,21 @@ class BatchRamp:
     phases: tuple[RampPhase, ...]
     total_tokens: float
     total_steps: int
-    constant_batch_tokens: float
+    constant_batch_tokens: float  # the constant batch compared with: by default the target (last) one
     constant_batch_steps: int
-    steps_saved: int  # vs the constant batch
-    steps_saved_fraction: float
+    steps_saved: int  # constant_batch_steps − total_steps (negative: the ramp takes more steps)
+    steps_saved_fraction: float  # steps_saved / constant_batch_steps
+    comparison: str  # what the saving is measured against, in words
+    loss_evaluated_from_tokens: float  # the loss before this token count is taken at it
 
 
 def chinchilla_loss_predictor(fit: LossFit, params: float) -> Callable[[float], float]:
     """Loss after ``tokens`` tokens for a model of ``params`` parameters (Chinchilla Eq. 2 with ``fit``;
-    a run-to-completion fit used along the run, an approximation)."""
-    return lambda tokens: chinchilla_loss(fit, params, max(tokens, 1.0))
+    a run-to-completion fit used along the run, an approximation). Below the smallest token count the
+    fit was made on (``fit.min_tokens_fitted``) the loss is held at its value there: B/D^β diverges as
+    D → 0 (412 nats at one token for an 8B model), far outside anything the fit saw."""
+    floor = fit.min_tokens_fitted
+    return lambda tokens: chinchilla_loss(fit, params, max(tokens, floor))
 
 
 def ramp(
@@ -379,14 +446,20 @@ def ramp(
     max_batch_tokens: float,
     granularity_tokens: float,
     constant_batch_tokens: float | None = None,
+    loss_valid_from_tokens: float = 0.0,
 ) -> BatchRamp:
     """A doubling batch ramp: the batch doubles once the critical batch (at the predicted loss) reaches
-    the doubled batch, so the batch stays at or below B_crit; capped at ``max_batch_tokens``.
+    the doubled batch, so the batch stays at or below B_crit; the last doubling stops at the target,
+    the largest multiple of ``granularity_tokens`` ≤ ``max_batch_tokens``.
 
-    Batches are multiples of ``granularity_tokens`` (seq_len × DP). Loss must fall with tokens; each
-    phase boundary is found by bisection (60 evaluations), so the cost is O(#phases). Steps saved are
-    counted against a constant batch (default the ramp's first batch, the batch early training
-    needs); steps per phase are ceil(phase tokens / batch).
+    Batches are multiples of ``granularity_tokens`` (what the layout runs in one step). Loss must fall
+    with tokens; it is evaluated no earlier than ``loss_valid_from_tokens`` (the smallest token count
+    the loss fit was made on: earlier tokens take the loss there). Each phase boundary is found by
+    bisection (60 evaluations), so the cost is O(#phases). Steps saved are counted against a constant
+    batch, by default the TARGET batch (the one the run ramps to): a ramp spends smaller batches early,
+    so over the same tokens it takes more steps than the target batch (a negative saving) and buys
+    data efficiency early on (Kaplan Eq. 5.5: E/E_min = 1 + B/B_crit). Steps per phase are
+    ceil(phase tokens / batch).
     """
     total = _positive(total_tokens, "total_tokens")
     gran = _positive(granularity_tokens, "granularity_tokens")
@@ -394,15 +467,22 @@ def ramp(
     cap = _positive(max_batch_tokens, "max_batch_tokens")
     if cap < b:
         raise InvalidInput("max_batch_tokens must be at least start_batch_tokens.", field="max_batch_tokens")
+    if not math.isfinite(loss_valid_from_tokens) or loss_valid_from_tokens < 0:
+        raise InvalidInput("loss_valid_from_tokens must be ≥ 0.", field="loss_valid_from_tokens")
+    target = max(b, _floor_to(cap, gran))
+    floor = float(loss_valid_from_tokens)
+
+    def loss_at(tokens: float) -> float:
+        return loss_at_tokens(max(tokens, floor))
 
     def bcrit(tokens: float) -> float:
-        return critical_batch_at_loss(loss_at_tokens(tokens))
+        return critical_batch_at_loss(loss_at(tokens))
 
     phases: list[RampPhase] = []
     start = 0.0
     while start < total and len(phases) < MAX_RAMP_PHASES:
-        nxt = _round_to(2 * b, gran)
-        if nxt > cap or bcrit(total) < nxt:
+        nxt = min(_round_to(2 * b, gran), target)
+        if nxt <= b or bcrit(total) < nxt:
             end = total
         elif bcrit(start) >= nxt:
             end = start
@@ -417,14 +497,22 @@ def ramp(
             end = hi
         if end > start:
             steps = max(1, math.ceil(round((end - start) / b, 9)))
-            loss0 = loss_at_tokens(start)
+            loss0 = loss_at(start)
             phases.append(RampPhase(start, end, b, steps, loss0, critical_batch_at_loss(loss0)))
         start = end
         b = nxt
     total_steps = sum(p.steps for p in phases)
-    const = phases[0].batch_tokens if constant_batch_tokens is None else constant_batch_tokens
+    const = target if constant_batch_tokens is None else constant_batch_tokens
     const = _positive(const, "constant_batch_tokens")
     # A run shorter than one batch still takes one step (round() would make it 0 steps).
     const_steps = max(1, math.ceil(round(total / const, 9)))
     saved = const_steps - total_steps
-    return BatchRamp(tuple(phases), total, total_steps, const, const_steps, saved, saved / const_steps)
+    which = "the target batch" if constant_batch_tokens is None else "the given constant batch"
+    comparison = (
+        f"against a constant batch of {const:,.0f} tokens ({which}) over the same {total:,.0f} tokens: "
+        f"{const_steps:,} steps; the ramp takes {total_steps:,} "
+        f"({abs(saved):,} {'fewer' if saved >= 0 else 'more'})"
+    )
+    return BatchRamp(
+        tuple(phases), total, total_steps, const, const_steps, saved, saved / const_steps, comparison, floor
+    )

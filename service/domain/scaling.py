@@ -60,6 +60,12 @@ class LossFit:
     alpha: float
     beta: float
     source: str
+    #: The smallest and largest training-token counts the fit was made on: Hoffmann et al. 2022
+    #: (abstract, §3) trained "over 400 language models ranging from 70 million to over 16 billion
+    #: parameters on 5 to 500 billion tokens"; Besiroglu et al. 2024 refit the same runs. Below the
+    #: smallest, B/D^β diverges (412 nats at one token): callers hold the loss there.
+    min_tokens_fitted: float = 5e9
+    max_tokens_fitted: float = 5e11
 
 
 #: Hoffmann et al. 2022 Eq. 10 as printed (rounded): gives N_opt ≈ 32.2B at the Gopher budget.

@@ -288,7 +288,7 @@ def test_fewest_steps_stays_within_the_compute_overhead(client: TestClient) -> N
     assert rec["tradeoff"]["data_over_min"] == pytest.approx(1.5)
 
 
-def test_gradient_accumulation_rounds_up_to_whole_micro_batches(client: TestClient) -> None:
+def test_the_recommendation_is_whole_micro_steps_so_accumulation_is_exact(client: TestClient) -> None:
     answer = advise_batch(
         client,
         loss=3.0,
@@ -300,14 +300,14 @@ def test_gradient_accumulation_rounds_up_to_whole_micro_batches(client: TestClie
         micro_batch_sequences=2,
         data_parallel_size=64,
     )
-    # B_crit = 4e6 → rounded to whole sequences per rank: 15 × 4096 × 64 = 3,932,160 tokens.
-    assert answer["recommendation"]["batch_tokens"] == 15 * 4096 * 64
+    # One micro-step = 2 × 4096 × 64 = 524,288 tokens; B_crit = 4e6 = 7.63 micro-steps → nearest 8.
+    assert answer["recommendation"]["batch_tokens"] == 8 * 524_288
+    assert answer["recommendation"]["granularity_tokens"] == 524_288
     acc = answer["gradient_accumulation"]
-    # micro-step = 2 × 4096 × 64 = 524,288 tokens → ceil(7.5) = 8 steps.
     assert acc["accumulation_steps"] == 8
     assert acc["global_batch_sequences"] == 8 * 2 * 64
     assert acc["global_batch_tokens"] == 8 * 2 * 4096 * 64
-    assert acc["overshoot_fraction"] == pytest.approx(8 * 524_288 / (15 * 4096 * 64) - 1)
+    assert acc["overshoot_fraction"] == 0
 
 
 def test_the_loss_is_predicted_from_the_model_and_tokens_seen(client: TestClient) -> None:
@@ -335,8 +335,11 @@ def test_the_batch_ramp_doubles_where_the_critical_batch_reaches_the_next_batch(
     ramp = advise_batch(client, **_ramp_body())["ramp"]
     phases = ramp["phases"]
     batches = [p["batch_tokens"] for p in phases]
-    # The first batch: 1/32 of the final one, but at least one sequence per data-parallel rank.
-    assert batches[0] == max(4_194_304 / 32, 8192 * 64) and batches[-1] == 4_194_304
+    # The start: 1/32 of the final one, but at least one sequence per data-parallel rank (524,288); it
+    # doubles at once while B_crit at the fit's first token count (5e9) is already above the double.
+    start = max(4_194_304 / 32, 8192 * 64)
+    early = kaplan_bcrit(chinchilla_loss(params, 5e9))
+    assert batches[0] == start * 2 ** math.floor(math.log2(early / start)) and batches[-1] == 4_194_304
     assert all(b2 == 2 * b1 for b1, b2 in itertools.pairwise(batches))
     assert phases[0]["start_tokens"] == 0 and phases[-1]["end_tokens"] == 1e12
     for before, after in itertools.pairwise(phases):
@@ -350,9 +353,8 @@ def test_the_batch_ramp_doubles_where_the_critical_batch_reaches_the_next_batch(
         assert phase["loss_at_start"] == pytest.approx(loss, rel=1e-9)
         assert kaplan_bcrit(loss) == pytest.approx(phase["batch_tokens"], rel=1e-6)
     assert ramp["total_steps"] == sum(p["steps"] for p in phases)
-    assert ramp["constant_batch_tokens"] == batches[0]
-    assert ramp["constant_batch_steps"] == math.ceil(1e12 / batches[0])
-    assert ramp["steps_saved"] == ramp["constant_batch_steps"] - ramp["total_steps"] > 0
+    assert ramp["constant_batch_tokens"] == batches[-1]
+    assert ramp["constant_batch_steps"] == math.ceil(1e12 / batches[-1])
 
 
 def test_without_a_layout_the_ramp_starts_at_a_32nd_of_the_final_batch(client: TestClient) -> None:
@@ -363,7 +365,12 @@ def test_without_a_layout_the_ramp_starts_at_a_32nd_of_the_final_batch(client: T
         "ramp": {"tokens": 1e12},
     }
     ramp = advise_batch(client, **body)["ramp"]
-    assert ramp["phases"][0]["batch_tokens"] == 4_194_304 / 32
+    # The start is 4,194,304 / 32; it doubles at once while B_crit at the fit's first 5e9 tokens is
+    # above the double, so the first phase runs the last doubling of the start not above B_crit.
+    params = count_parameters(get_preset("llama3-8b").spec).total
+    early = kaplan_bcrit(chinchilla_loss(params, 5e9))
+    start = 4_194_304 / 32
+    assert ramp["phases"][0]["batch_tokens"] == start * 2 ** math.floor(math.log2(early / start))
     assert ramp["granularity_tokens"] == 1
     assert "Kaplan" in ramp["critical_batch_rule"] and "Hoffmann" in ramp["loss_predictor"]
 
@@ -515,3 +522,83 @@ def test_the_operations_have_readable_ids_and_the_batch_charts_are_documented(cl
     assert batch["operationId"] == "advise_batch_size"
     assert {"image/svg+xml", "image/png"} <= set(batch["responses"]["200"]["content"])
     assert "406" in batch["responses"]
+
+
+# ---- issue 19 / 17: the ramp's and the recommendation's traps ---------------------------------
+
+
+def test_a_ramp_over_one_token_answers_instead_of_a_500(client: TestClient) -> None:
+    body = {**_ramp_body(), "ramp": {"tokens": 1}}
+    response = client.post(BATCH, json=body)
+    assert response.status_code in (200, 422), response.text
+    if response.status_code == 422:
+        assert problem_field(response) == "body.ramp.tokens"
+    else:
+        assert response.json()["ramp"]["total_steps"] == 1
+    chart = client.post(BATCH, json=body, headers={"Accept": "image/svg+xml"})
+    assert chart.status_code in (200, 422), chart.text
+
+
+def test_the_ramp_s_saving_is_against_the_target_batch_and_named(client: TestClient) -> None:
+    ramp = advise_batch(client, **_ramp_body())["ramp"]
+    assert ramp["constant_batch_tokens"] == 4_194_304
+    assert ramp["constant_batch_steps"] == math.ceil(1e12 / 4_194_304)
+    assert ramp["steps_saved"] == ramp["constant_batch_steps"] - ramp["total_steps"] < 0
+    assert "4,194,304" in ramp["comparison"]
+
+
+def test_no_ramp_phase_shows_the_loss_fit_evaluated_at_zero_tokens(client: TestClient) -> None:
+    params = count_parameters(get_preset("llama3-8b").spec).total
+    ramp = advise_batch(client, **_ramp_body())["ramp"]
+    first = ramp["phases"][0]
+    assert ramp["loss_evaluated_from_tokens"] == 5e9
+    assert first["loss_at_start"] == pytest.approx(chinchilla_loss(params, 5e9), rel=1e-12)
+    assert first["critical_batch_tokens_at_start"] == pytest.approx(
+        kaplan_bcrit(chinchilla_loss(params, 5e9))
+    )
+
+
+def test_fewest_steps_is_rounded_to_the_layout_and_still_meets_the_compute_cap(client: TestClient) -> None:
+    # B_crit(3) = 1,069,114; cap 0.5 → at most 534,557 tokens. One micro-step of the layout is
+    # 2 × 4096 × 16 = 131,072 tokens: the largest runnable batch under the cap is 4 × 131,072 = 524,288.
+    answer = advise_batch(
+        client,
+        loss=3,
+        batch_tokens=2**20,
+        objective="fewest_steps",
+        max_compute_overhead=0.5,
+        seq_len_tokens=4096,
+        micro_batch_sequences=2,
+        data_parallel_size=16,
+    )
+    rec = answer["recommendation"]
+    assert rec["batch_tokens"] == 524_288 and rec["granularity_tokens"] == 131_072
+    assert rec["meets_caps"] is True
+    assert rec["tradeoff"]["data_over_min"] - 1 <= 0.5
+    acc = answer["gradient_accumulation"]
+    assert acc["global_batch_tokens"] == 524_288 and acc["overshoot_fraction"] == 0
+    assert acc["global_batch_tokens"] / kaplan_bcrit(3) <= 0.5
+
+
+def test_a_cap_no_runnable_batch_meets_is_said_so(client: TestClient) -> None:
+    # One micro-step is 8 × 8192 × 64 = 4,194,304 tokens > 0.5 × B_crit(3): no runnable batch meets it.
+    answer = advise_batch(
+        client,
+        loss=3,
+        batch_tokens=2**22,
+        objective="fewest_steps",
+        max_compute_overhead=0.5,
+        seq_len_tokens=8192,
+        micro_batch_sequences=8,
+        data_parallel_size=64,
+    )
+    rec = answer["recommendation"]
+    assert rec["batch_tokens"] == 4_194_304 and rec["meets_caps"] is False
+    assert "max_compute_overhead" in rec["rule"]
+
+
+def test_a_loss_predicted_before_the_fit_s_first_tokens_is_held_there_and_said_so(client: TestClient) -> None:
+    params = count_parameters(get_preset("llama3-8b").spec).total
+    answer = advise_batch(client, model={"preset": "llama3-8b"}, tokens_seen=1, batch_tokens=4_194_304)
+    assert answer["loss"] == pytest.approx(chinchilla_loss(params, 5e9), rel=1e-12)  # not 412 nats
+    assert "5e+09" in answer["loss_source"]

@@ -19,6 +19,7 @@ from service.domain.batch import (
     minicpm_optimal_batch_tokens,
     noise_scale,
     ramp,
+    recommend_batch,
     recommend_batch_tokens,
     tradeoff,
 )
@@ -155,10 +156,10 @@ def test_gradient_accumulation_needs_a_whole_micro_batch() -> None:
     assert err.value.field == "micro_batch_sequences"
 
 
-def test_batch_ramp_doubles_as_the_critical_batch_grows_and_saves_steps() -> None:
+def test_batch_ramp_doubles_as_the_critical_batch_grows() -> None:
     predictor = chinchilla_loss_predictor(CHINCHILLA_ROUNDED, 1e9)
     got = ramp(
-        total_tokens=20e9,
+        total_tokens=2e12,
         loss_at_tokens=predictor,
         critical_batch_at_loss=kaplan_critical_batch_tokens,
         start_batch_tokens=65_536,
@@ -168,13 +169,13 @@ def test_batch_ramp_doubles_as_the_critical_batch_grows_and_saves_steps() -> Non
     batches = [p.batch_tokens for p in got.phases]
     assert batches == sorted(batches) and len(batches) >= 3
     assert all(b2 == 2 * b1 for b1, b2 in itertools.pairwise(batches))
-    assert got.phases[0].start_tokens == 0 and got.phases[-1].end_tokens == 20e9
+    assert got.phases[0].start_tokens == 0 and got.phases[-1].end_tokens == 2e12
     for p in got.phases[1:]:
         # each doubling happens where the critical batch reaches the new batch
         assert kaplan_critical_batch_tokens(p.loss_at_start) == pytest.approx(p.batch_tokens, rel=1e-6)
     assert got.total_steps == sum(p.steps for p in got.phases)
-    assert got.constant_batch_steps == math.ceil(20e9 / 65_536)
-    assert got.steps_saved > 0
+    assert got.constant_batch_steps == math.ceil(2e12 / 4_194_304)
+    assert got.steps_saved == got.constant_batch_steps - got.total_steps
 
 
 def test_a_run_shorter_than_one_constant_batch_takes_one_step() -> None:
@@ -188,3 +189,110 @@ def test_a_run_shorter_than_one_constant_batch_takes_one_step() -> None:
     )
     assert planned.constant_batch_steps == 1
     assert planned.total_steps == 1
+
+
+# ---- issue 19: the ramp's traps ---------------------------------------------------------------
+
+
+def _llama8b_like_ramp(**kw: float) -> object:
+    args: dict[str, object] = {
+        "total_tokens": 1e12,
+        "loss_at_tokens": chinchilla_loss_predictor(CHINCHILLA_ROUNDED, 8e9),
+        "critical_batch_at_loss": kaplan_critical_batch_tokens,
+        "start_batch_tokens": 524_288,
+        "max_batch_tokens": 4_194_304,
+        "granularity_tokens": 8192 * 64,
+    }
+    args.update(kw)
+    return ramp(**args)  # type: ignore[arg-type]
+
+
+def test_the_ramp_is_compared_with_the_target_constant_batch_not_its_start() -> None:
+    got = _llama8b_like_ramp()
+    assert got.constant_batch_tokens == 4_194_304  # the batch the run ramps to
+    assert got.constant_batch_steps == math.ceil(1e12 / 4_194_304)
+    # Smaller early batches take more steps over the same tokens: the saving is negative, and said so.
+    assert got.steps_saved == got.constant_batch_steps - got.total_steps < 0
+    assert got.steps_saved_fraction == pytest.approx(got.steps_saved / got.constant_batch_steps)
+    assert "4,194,304" in got.comparison and "constant" in got.comparison
+
+
+def test_no_phase_evaluates_the_loss_fit_below_the_tokens_it_was_fitted_on() -> None:
+    # Hoffmann et al. 2022 fitted 5e9–5e11 tokens; L(8e9, 1 token) would be 412 nats (B_crit ~ 1e-4).
+    got = _llama8b_like_ramp()
+    first = got.phases[0]
+    floor = CHINCHILLA_ROUNDED.min_tokens_fitted
+    assert floor == 5e9
+    assert first.loss_at_start == pytest.approx(1.69 + 406.4 / 8e9**0.34 + 410.7 / floor**0.28)
+    assert 2.0 < first.loss_at_start < 3.5
+    assert first.critical_batch_tokens_at_start > 1e5
+    assert got.loss_evaluated_from_tokens == 0  # the predictor holds the loss itself
+
+
+def test_the_chinchilla_predictor_holds_the_loss_at_the_fit_s_smallest_token_count() -> None:
+    predict = chinchilla_loss_predictor(CHINCHILLA_ROUNDED, 1e9)
+    assert predict(0.0) == predict(1.0) == predict(5e9)
+    assert predict(1e10) < predict(5e9)
+
+
+def test_a_one_token_ramp_is_one_step_of_the_first_batch() -> None:
+    got = _llama8b_like_ramp(total_tokens=1.0, granularity_tokens=1.0)
+    assert got.total_steps == 1 and got.constant_batch_steps == 1 and got.steps_saved == 0
+
+
+@given(st.floats(0.05, 4.0), st.integers(1, 8), st.integers(1, 512), st.sampled_from([1024, 4096, 8192]))
+def test_fewest_steps_is_runnable_by_the_layout_and_meets_the_compute_cap(
+    overhead: float, micro: int, dp: int, seq: int
+) -> None:
+    bc = 3.3e6
+    step = micro * dp * seq
+    got = recommend_batch(
+        bc, objective="fewest_steps", max_compute_overhead=overhead, granularity_tokens=step
+    )
+    assert got.batch_tokens % step == 0 and got.batch_tokens >= step
+    if step <= overhead * bc:
+        assert got.meets_caps and got.batch_tokens / bc <= overhead * (1 + 1e-12)
+        assert got.batch_tokens + step > overhead * bc  # the nearest feasible one: the largest
+    else:
+        assert not got.meets_caps and got.batch_tokens == step and "cap" in got.note
+
+
+@given(st.floats(0.5, 50.0), st.integers(1, 64), st.sampled_from([1024, 4096]))
+def test_least_compute_is_runnable_and_meets_the_steps_cap(overhead: float, dp: int, seq: int) -> None:
+    bc = 3.3e6
+    step = dp * seq
+    got = recommend_batch(bc, objective="least_compute", max_steps_overhead=overhead, granularity_tokens=step)
+    assert got.batch_tokens % step == 0 and got.meets_caps
+    assert bc / got.batch_tokens <= overhead * (1 + 1e-12)
+    assert got.batch_tokens - step < bc / overhead or got.batch_tokens == step
+
+
+@given(
+    st.floats(1e8, 1e12),
+    st.floats(1e6, 1e13),
+    st.integers(0, 6),
+    st.sampled_from([1.0, 4096.0, 8192.0 * 64]),
+)
+def test_every_ramp_phase_stays_within_the_fit_and_at_or_below_the_critical_batch(
+    params: float, total: float, doublings: int, gran: float
+) -> None:
+    predict = chinchilla_loss_predictor(CHINCHILLA_ROUNDED, params)
+    cap = 2**24 * 1.0
+    got = ramp(
+        total_tokens=total,
+        loss_at_tokens=predict,
+        critical_batch_at_loss=kaplan_critical_batch_tokens,
+        start_batch_tokens=max(gran, cap / 2**doublings),
+        max_batch_tokens=cap,
+        granularity_tokens=gran,
+    )
+    highest = predict(CHINCHILLA_ROUNDED.min_tokens_fitted)
+    assert got.phases[0].start_tokens == 0 and got.phases[-1].end_tokens == total
+    for before, after in itertools.pairwise(got.phases):
+        assert after.batch_tokens > before.batch_tokens and after.loss_at_start <= before.loss_at_start
+        # a doubling happens only once B_crit has reached the new batch
+        assert after.batch_tokens <= after.critical_batch_tokens_at_start * (1 + 1e-6)
+    for p in got.phases:
+        assert p.loss_at_start <= highest and p.batch_tokens % gran == 0 and p.batch_tokens <= cap
+    assert got.constant_batch_tokens == max(got.phases[0].batch_tokens, cap // gran * gran)
+    assert got.steps_saved == got.constant_batch_steps - got.total_steps

@@ -139,6 +139,8 @@ class BatchRampRead(TypedDict, total=False):
     constant_batch_steps: Required[int]
     steps_saved: Required[int]
     steps_saved_fraction: Required[float]
+    comparison: Required[str]
+    loss_evaluated_from_tokens: Required[float]
     granularity_tokens: Required[float]
     critical_batch_rule: Required[str]
     loss_predictor: Required[str]
@@ -151,6 +153,7 @@ class BatchRecommendationRead(TypedDict, total=False):
     batch_tokens: Required[float]
     rule: Required[str]
     granularity_tokens: Required[float | None]
+    meets_caps: Required[bool]
     tradeoff: Required[TradeoffRead]
 
 

@@ -267,6 +267,11 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
             f"predicted by {fit.source} (L = E + A/N^α + B/D^β) after {body.tokens_seen:.4g} tokens; "
             f"{params_basis}"
         )
+        if body.tokens_seen < fit.min_tokens_fitted:
+            loss_source += (
+                f"; taken at {fit.min_tokens_fitted:.3g} tokens, the fewest the fit was made on "
+                "(it diverges as tokens → 0)"
+            )
 
     noise: batch.NoiseScaleEstimate | None = None
     noise_read: NoiseScaleRead | None = None
@@ -302,14 +307,22 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
     critical = with_field_prefix("body", lambda: critical_at(body.critical_batch_model, loss))
     current = with_field_prefix("body", lambda: batch.tradeoff(body.batch_tokens, critical.batch_tokens))
 
-    # Batches are whole sequences on every data-parallel rank; accumulation then rounds up to whole
-    # micro-batches and reports the overshoot.
+    # Batches are what the layout runs in one optimizer step: whole micro-batches on every data-parallel
+    # rank (micro_batch × DP × seq_len), or whole sequences per rank without a micro-batch; the
+    # recommendation is rounded to that and rechecked against the request's caps.
     granularity: float | None = None
+    granularity_basis = ""
     if body.seq_len_tokens is not None:
-        granularity = float(body.seq_len_tokens * body.data_parallel_size)
-    recommended = with_field_prefix(
+        micro_seqs = body.micro_batch_sequences or 1
+        granularity = float(micro_seqs * body.seq_len_tokens * body.data_parallel_size)
+        granularity_basis = (
+            "micro_batch_sequences × seq_len_tokens × data_parallel_size"
+            if body.micro_batch_sequences is not None
+            else "seq_len_tokens × data_parallel_size"
+        )
+    chosen = with_field_prefix(
         "body",
-        lambda: batch.recommend_batch_tokens(
+        lambda: batch.recommend_batch(
             critical.batch_tokens,
             objective=body.objective,
             max_compute_overhead=body.max_compute_overhead,
@@ -318,9 +331,10 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
             granularity_tokens=granularity,
         ),
     )
+    recommended = chosen.batch_tokens
     rule = _OBJECTIVE_RULES[body.objective]
     if granularity is not None:
-        rule += f", rounded to a multiple of {granularity:,.0f} tokens (seq_len_tokens × data_parallel_size)"
+        rule += f"; {chosen.note} ({granularity_basis})"
 
     accumulation: GradientAccumulationRead | None = None
     if body.micro_batch_sequences is not None and body.seq_len_tokens is not None:
@@ -351,6 +365,7 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
         assert params is not None  # the schema requires model with ramp
         plan = body.ramp
         loss_at_tokens = batch.chinchilla_loss_predictor(fit, params)
+        loss_floor = fit.min_tokens_fitted
         if body.critical_batch_model == "noise_scale":
             assert loss is not None  # the schema requires loss or model + tokens_seen
             measured_loss, measured_batch = loss, critical.batch_tokens
@@ -382,6 +397,7 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
                 start_batch_tokens=start,
                 max_batch_tokens=max_batch,
                 granularity_tokens=step,
+                loss_valid_from_tokens=loss_floor,
             ),
         )
         ramp_read = BatchRampRead(
@@ -402,9 +418,15 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
             constant_batch_steps=planned.constant_batch_steps,
             steps_saved=planned.steps_saved,
             steps_saved_fraction=planned.steps_saved_fraction,
+            comparison=planned.comparison,
+            loss_evaluated_from_tokens=planned.loss_evaluated_from_tokens,
             granularity_tokens=step,
             critical_batch_rule=ramp_rule,
-            loss_predictor=f"{fit.source}; {params_basis}",
+            loss_predictor=(
+                f"{fit.source}; {params_basis}; fitted on {fit.min_tokens_fitted:.3g}–"
+                f"{fit.max_tokens_fitted:.3g} tokens: before {loss_floor:.3g} tokens the loss is held at "
+                "its value there (the fit diverges as tokens → 0)"
+            ),
         )
 
         def critical_along_run(tokens: float) -> float:
@@ -431,6 +453,7 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
             batch_tokens=recommended,
             rule=rule,
             granularity_tokens=granularity,
+            meets_caps=chosen.meets_caps,
             tradeoff=_tradeoff_read(batch.tradeoff(recommended, critical.batch_tokens)),
         ),
         gradient_accumulation=accumulation,

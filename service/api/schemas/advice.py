@@ -213,7 +213,7 @@ class BatchRampIn(ApiModel):
     start_batch_tokens: BatchTokens | None = Field(
         default=None,
         description="the first batch (default: 1/32 of max_batch_tokens, five doublings; GPT-3 ramped "
-        "from 32k tokens), rounded to seq_len_tokens × data_parallel_size",
+        "from 32k tokens), rounded to micro_batch_sequences × seq_len_tokens × data_parallel_size",
     )
     max_batch_tokens: BatchTokens | None = Field(
         default=None, description="the last batch (default: batch_tokens, the batch you train with)"
@@ -417,7 +417,12 @@ class BatchRecommendationRead(ApiModel):
     batch_tokens: float
     rule: str
     granularity_tokens: float | None = Field(
-        description="the batch is a multiple of this (seq_len_tokens × data_parallel_size)"
+        description="the batch is a multiple of this, what the layout runs in one step: "
+        "micro_batch_sequences × seq_len_tokens × data_parallel_size (micro_batch_sequences 1 when not given)"
+    )
+    meets_caps: bool = Field(
+        description="whether the runnable batch meets max_compute_overhead (fewest_steps) and "
+        "max_steps_overhead (least_compute); false when even one micro-step breaks the cap (rule says so)"
     )
     tradeoff: TradeoffRead
 
@@ -436,11 +441,19 @@ class BatchRampRead(ApiModel):
     tokens: float = Field(description="the run's token budget")
     total_steps: int
     constant_batch_tokens: float = Field(
-        description="the constant batch the ramp is compared with (its first)"
+        description="the constant batch the ramp is compared with: the target (its last, max_batch_tokens "
+        "rounded down to granularity_tokens)"
     )
     constant_batch_steps: int
-    steps_saved: int
-    steps_saved_fraction: float
+    steps_saved: int = Field(
+        description="constant_batch_steps − total_steps; negative when the ramp takes more steps than the "
+        "target batch over the same tokens (it does when it starts smaller)"
+    )
+    steps_saved_fraction: float = Field(description="steps_saved / constant_batch_steps")
+    comparison: str = Field(description="what the saving is measured against, in words")
+    loss_evaluated_from_tokens: float = Field(
+        description="the smallest token count the loss fit was made on; earlier phases take the loss there"
+    )
     granularity_tokens: float
     critical_batch_rule: str
     loss_predictor: str
