@@ -347,6 +347,11 @@ def recommend_batch(
     if objective == "least_compute":
         steps_cap = _positive(max_steps_overhead, "max_steps_overhead")
         b = max(bc / steps_cap, float(min_batch_tokens))
+        if not math.isfinite(b):
+            raise InvalidInput(
+                f"max_steps_overhead {steps_cap:g} asks for a batch past any number; give a larger cap",
+                field="max_steps_overhead",
+            )
         if step is None:
             return BatchRecommendation(b, True, "")
         note = f"rounded up to a multiple of {step:,.0f} tokens so B_crit/B ≤ max_steps_overhead"

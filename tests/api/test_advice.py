@@ -602,3 +602,28 @@ def test_a_loss_predicted_before_the_fit_s_first_tokens_is_held_there_and_said_s
     answer = advise_batch(client, model={"preset": "llama3-8b"}, tokens_seen=1, batch_tokens=4_194_304)
     assert answer["loss"] == pytest.approx(chinchilla_loss(params, 5e9), rel=1e-12)  # not 412 nats
     assert "5e+09" in answer["loss_source"]
+
+
+@pytest.mark.parametrize("cap", ["max_compute_overhead", "max_steps_overhead"])
+def test_a_subnormal_overhead_cap_is_refused_naming_it_not_a_500(client: TestClient, cap: str) -> None:
+    """The contract fuzz sent 5e-324: B_crit / cap overflowed to infinity and rounding it was a 500."""
+    body = {"loss": 2.5, "batch_tokens": 1024, "objective": "least_compute", cap: 5e-324}
+    response = client.post("/v1/advice/batch", json=body)
+    assert problem_field(response) == f"body.{cap}"
+
+
+def test_the_smallest_caps_on_a_tiny_model_are_answered(client: TestClient) -> None:
+    body = {
+        "model": {"dimensions": {"d_model": 2, "n_heads": 1, "n_layers": 1, "vocab_size": 1}},
+        "loss_fit": "chinchilla_rounded",
+        "tokens_seen": 1,
+        "batch_tokens": 1,
+        "seq_len_tokens": 1,
+        "micro_batch_sequences": 1,
+        "objective": "least_compute",
+        "max_steps_overhead": 1e-6,
+        "max_compute_overhead": 1e-6,
+        "ramp": {"tokens": 1},
+    }
+    response = client.post("/v1/advice/batch", json=body)
+    assert response.status_code in (200, 422), response.text

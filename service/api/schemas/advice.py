@@ -308,11 +308,13 @@ class BatchAdviceRequest(ApiModel):
         description="balanced: B = B_crit (2× min steps, 2× min data); fewest_steps: the largest batch "
         "within max_compute_overhead; least_compute: the smallest batch within max_steps_overhead",
     )
-    max_compute_overhead: Annotated[float, Field(gt=0, le=100)] = Field(
+    # Floors of 1e-6 (a 0.0001% overhead): below them the batch a cap implies leaves float range
+    # (5e-324 made B_crit / cap infinite: a 500 the contract fuzz found).
+    max_compute_overhead: Annotated[float, Field(ge=1e-6, le=100)] = Field(
         default=1.0,
         description="fewest_steps: extra data/compute allowed over the minimum, E/E_min − 1 (0.2 = 20%)",
     )
-    max_steps_overhead: Annotated[float, Field(gt=0, le=1000)] = Field(
+    max_steps_overhead: Annotated[float, Field(ge=1e-6, le=1000)] = Field(
         default=4.0, description="least_compute: extra steps allowed over the minimum, S/S_min − 1"
     )
     seq_len_tokens: SeqLen | None = Field(default=None, description="tokens per sequence")
