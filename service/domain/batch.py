@@ -136,7 +136,14 @@ def _average(values: float | Sequence[float], averaging: str, decay: float, name
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
             raise InvalidInput(f"{name} must hold finite numbers ≥ 0.", field=name)
     if averaging == "mean":
-        return math.fsum(series) / len(series)
+        try:
+            return math.fsum(series) / len(series)
+        except OverflowError:  # readings near the float limit (1e308) sum past it
+            raise InvalidInput(
+                f"{name} sums past the float range; divide every reading by one common factor (the noise "
+                "scale does not change).",
+                field=name,
+            ) from None
     ema = float(series[0])  # started at the first reading: no bias correction needed
     for v in series[1:]:
         ema = decay * ema + (1 - decay) * v
@@ -172,6 +179,12 @@ def noise_scale(
     g_big = _average(grad_norm_sq_big, averaging, ema_decay, "grad_norm_sq_big")
     g_sq = (bb * g_big - bs * g_small) / (bb - bs)
     trace = (g_small - g_big) / (1 / bs - 1 / bb)
+    if not (math.isfinite(g_sq) and math.isfinite(trace)):
+        raise InvalidInput(
+            "The squared gradient norms times the batch sizes leave the float range; divide every reading "
+            "by one common factor (the noise scale does not change).",
+            field="grad_norm_sq_big",
+        )
     if g_sq <= 0 or trace <= 0:
         raise ImplausibleResult(
             "The readings give a non-positive |G|² or tr(Σ) (noise dominates the difference); average "

@@ -627,3 +627,22 @@ def test_the_smallest_caps_on_a_tiny_model_are_answered(client: TestClient) -> N
     }
     response = client.post("/v1/advice/batch", json=body)
     assert response.status_code in (200, 422), response.text
+
+
+def test_gradient_norms_near_the_float_limit_are_refused_naming_them_not_a_500(client: TestClient) -> None:
+    """The contract fuzz sent squared norms of 6e307: the mean and B·|G|² overflowed (a 500)."""
+    body = {
+        "loss": 1.9,
+        "batch_tokens": 1024,
+        "critical_batch_model": "noise_scale",
+        "gradient_noise": {
+            "batch_small_tokens": 1024,
+            "batch_big_tokens": 4096,
+            "grad_norm_sq_small": [1.3e308, 1.0e308],
+            "grad_norm_sq_big": [6.0e307, 5.3e307],
+        },
+    }
+    assert problem_field(client.post("/v1/advice/batch", json=body)).startswith("body.gradient_noise")
+    body["gradient_noise"]["grad_norm_sq_small"] = [1.0e307]
+    body["gradient_noise"]["grad_norm_sq_big"] = [6.0e306]
+    assert problem_field(client.post("/v1/advice/batch", json=body)).startswith("body.gradient_noise")
