@@ -166,14 +166,17 @@ def test_llama3_8b_gets_a_higher_lr_than_llama3_70b() -> None:
 
 
 # Published peak LRs (params, tokens, peak LR). Published choices at one size disagree by up to 3.5x
-# (7B-class: GPT-3 6.7B 1.2e-4, Llama 2 7B 3e-4, DeepSeek 7B 4.2e-4), so the advice is checked to
-# within a factor of 2.5 of each.
+# (7B-class: GPT-3 6.7B 1.2e-4, Llama 2 7B 3e-4, DeepSeek 7B 4.2e-4), so the recommendation is checked
+# to within a factor of 2.5 of each, and each published choice must lie inside the advised range (the
+# applicable rules' spread; sources round to two figures, hence 1%).
 PUBLISHED_PEAK_LRS = [
     ("GPT-3 125M, Brown et al. 2020 Table 2.1", 125e6, 300e9, 6.0e-4),
     ("GPT-3 1.3B, Table 2.1", 1.3e9, 300e9, 2.0e-4),
     ("GPT-3 6.7B, Table 2.1", 6.7e9, 300e9, 1.2e-4),
     ("GPT-3 175B, Table 2.1", 175e9, 300e9, 0.6e-4),
     ("Llama 2 7B, Touvron et al. 2023 Table 1", 6.74e9, 2e12, 3.0e-4),
+    ("Llama 2 13B, Table 1", 13e9, 2e12, 3.0e-4),
+    ("Llama 2 34B, Table 1", 34e9, 2e12, 1.5e-4),
     ("Llama 2 70B, Table 1", 69e9, 2e12, 1.5e-4),
     ("Llama 3 8B, Dubey et al. 2024 (model card)", 8.03e9, 15e12, 3.0e-4),
     ("Llama 3 70B (model card)", 70.6e9, 15e12, 1.5e-4),
@@ -182,6 +185,11 @@ PUBLISHED_PEAK_LRS = [
     ("DeepSeek LLM 67B, Table 2", 67e9, 2e12, 3.2e-4),
     ("OLMo 2 7B, OLMo et al. 2024", 7.3e9, 4e12, 3.0e-4),
     ("Chinchilla 70B, Hoffmann et al. 2022 Table 4", 70e9, 1.4e12, 1.0e-4),
+    ("OPT-1.3B, Zhang et al. 2022 Table 1", 1.3e9, 180e9, 2.0e-4),
+    ("OPT-13B, Table 1", 13e9, 180e9, 1.0e-4),
+    ("OPT-175B, Table 1", 175e9, 180e9, 1.2e-4),
+    ("Pythia 1.4B, Biderman et al. 2023 Table 1", 1.4e9, 300e9, 2.0e-4),
+    ("Pythia 12B, Table 1", 12e9, 300e9, 1.2e-4),
 ]
 
 
@@ -191,3 +199,33 @@ def test_the_advice_is_within_2_5x_of_published_peak_lrs(
 ) -> None:
     advised = advise_lr(params=params, tokens=tokens).recommended_lr
     assert published_lr / 2.5 <= advised <= published_lr * 2.5, run
+
+
+@pytest.mark.parametrize(("run", "params", "tokens", "published_lr"), PUBLISHED_PEAK_LRS)
+def test_each_published_peak_lr_lies_inside_the_advised_range(
+    run: str, params: float, tokens: float, published_lr: float
+) -> None:
+    low, high = advise_lr(params=params, tokens=tokens).lr_range
+    assert low * 0.99 <= published_lr <= high * 1.01, (run, low, high)
+
+
+# Above GPT-3's largest size only DeepSeek's compute law is inside its range, and it advises 3-6x what
+# teams chose at that scale; the monotone cap holds the answer at the 175B recommendation (1.5e-4),
+# 2.5-3.7x these choices, and the advised range starts there, above each of them. Known and open
+# (issue 19); strict, so a fix shows up here.
+PUBLISHED_PEAK_LRS_ABOVE_175B = [
+    ("Gopher 280B, Rae et al. 2021 Table 1", 280e9, 300e9, 4.0e-5),
+    ("MT-NLG 530B, Smith et al. 2022 §3.2", 530e9, 270e9, 5.0e-5),
+    ("BLOOM 176B, BigScience 2022 Table 3", 176e9, 366e9, 6.0e-5),
+]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="above 175B the advised range lies above the published choices (issue 19)"
+)
+@pytest.mark.parametrize(("run", "params", "tokens", "published_lr"), PUBLISHED_PEAK_LRS_ABOVE_175B)
+def test_published_peak_lrs_above_175b_lie_inside_the_advised_range(
+    run: str, params: float, tokens: float, published_lr: float
+) -> None:
+    low, high = advise_lr(params=params, tokens=tokens).lr_range
+    assert low * 0.99 <= published_lr <= high * 1.01, (run, low, high)
