@@ -444,6 +444,37 @@ class BatchRamp:
     steps_saved_fraction: float  # steps_saved / constant_batch_steps
     comparison: str  # what the saving is measured against, in words
     loss_evaluated_from_tokens: float  # the loss before this token count is taken at it
+    data_efficiency: float  # E_min/E of the ramp over the run (:func:`data_efficiency`)
+    constant_batch_data_efficiency: float  # the same for the constant batch over the same tokens
+
+
+#: Midpoint-rule points per stretch of constant batch when integrating the data efficiency.
+DATA_EFFICIENCY_POINTS = 64
+
+
+def data_efficiency(
+    stretches: list[tuple[float, float, float]], critical_batch_at_tokens: Callable[[float], float]
+) -> float:
+    """E_min/E: the fraction of a run's tokens that count, for batches held over token stretches
+    ``(start_tokens, end_tokens, batch_tokens)``.
+
+    Kaplan et al. 2020 Eq. 5.5 (McCandlish et al. 2018 Eq. 2.12): at batch B against the critical batch
+    B_crit, reaching a loss takes E = E_min·(1 + B/B_crit) tokens, so a token spent at B does
+    1/(1 + B/B_crit) of the work of one at a vanishing batch. Integrated over each stretch (midpoint
+    rule, :data:`DATA_EFFICIENCY_POINTS` points: B_crit changes smoothly with the loss) and divided by
+    the tokens. 1 means every token as useful as at a vanishing batch; a batch at B_crit gives 0.5.
+    """
+    useful = 0.0
+    spent = 0.0
+    for start, end, batch in stretches:
+        width = (end - start) / DATA_EFFICIENCY_POINTS
+        if width <= 0:
+            continue
+        for i in range(DATA_EFFICIENCY_POINTS):
+            b_crit = critical_batch_at_tokens(start + (i + 0.5) * width)
+            useful += width / (1.0 + batch / b_crit)
+        spent += end - start
+    return useful / spent if spent > 0 else 1.0
 
 
 def chinchilla_loss_predictor(fit: LossFit, params: float) -> Callable[[float], float]:
@@ -525,12 +556,26 @@ def ramp(
     # A run shorter than one batch still takes one step (round() would make it 0 steps).
     const_steps = max(1, math.ceil(round(total / const, 9)))
     saved = const_steps - total_steps
+    ramp_efficiency = data_efficiency([(p.start_tokens, p.end_tokens, p.batch_tokens) for p in phases], bcrit)
+    const_efficiency = data_efficiency([(0.0, total, const)], bcrit)
     which = "the target batch" if constant_batch_tokens is None else "the given constant batch"
     comparison = (
         f"against a constant batch of {const:,.0f} tokens ({which}) over the same {total:,.0f} tokens: "
         f"{const_steps:,} steps; the ramp takes {total_steps:,} "
-        f"({abs(saved):,} {'fewer' if saved >= 0 else 'more'})"
+        f"({abs(saved):,} {'fewer' if saved >= 0 else 'more'}); of its tokens "
+        f"{ramp_efficiency:.1%} count against {const_efficiency:.1%} at the constant batch "
+        "(E_min/E, Kaplan et al. 2020 Eq. 5.5)"
     )
     return BatchRamp(
-        tuple(phases), total, total_steps, const, const_steps, saved, saved / const_steps, comparison, floor
+        tuple(phases),
+        total,
+        total_steps,
+        const,
+        const_steps,
+        saved,
+        saved / const_steps,
+        comparison,
+        floor,
+        ramp_efficiency,
+        const_efficiency,
     )

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from service.domain.batch import (
     chinchilla_loss_predictor,
     critical_batch,
+    data_efficiency,
     gradient_accumulation,
     inverse_loss_critical_batch_tokens,
     kaplan_critical_batch_tokens,
@@ -296,3 +297,29 @@ def test_every_ramp_phase_stays_within_the_fit_and_at_or_below_the_critical_batc
         assert p.loss_at_start <= highest and p.batch_tokens % gran == 0 and p.batch_tokens <= cap
     assert got.constant_batch_tokens == max(got.phases[0].batch_tokens, cap // gran * gran)
     assert got.steps_saved == got.constant_batch_steps - got.total_steps
+
+
+# --- Data efficiency of a ramp (Kaplan et al. 2020 Eq. 5.5: E = E_min·(1 + B/B_crit)) -------------
+
+
+def test_at_a_fixed_critical_batch_the_data_efficiency_is_one_over_one_plus_b_over_b_crit() -> None:
+    assert data_efficiency([(0.0, 1e9, 2e6)], lambda tokens: 1e6) == pytest.approx(1 / 3)
+    assert data_efficiency([(0.0, 1e9, 1e6)], lambda tokens: 1e6) == pytest.approx(0.5)
+
+
+def test_with_a_critical_batch_growing_linearly_the_integral_matches_its_closed_form() -> None:
+    # B_crit(E) = a + k·E at constant B: ∫ (a + kE)/(a + kE + B) dE = E − (B/k)·ln((a + kE + B)/(a + B)).
+    a, k, batch, tokens = 2e5, 4e-6, 1e6, 1e12
+    exact = (tokens - batch / k * math.log((a + k * tokens + batch) / (a + batch))) / tokens
+    got = data_efficiency([(0.0, tokens, batch)], lambda e: a + k * e)
+    assert got == pytest.approx(exact, rel=1e-4)
+
+
+def test_the_ramp_spends_its_tokens_better_than_the_target_batch_and_says_by_how_much() -> None:
+    got = _llama8b_like_ramp()
+    assert 0 < got.constant_batch_data_efficiency < got.data_efficiency < 1
+    # Every phase after the first starts where B_crit has reached its batch: at or below B_crit, so at
+    # least half of each such token counts.
+    assert all(p.batch_tokens <= p.critical_batch_tokens_at_start * (1 + 1e-9) for p in got.phases[1:])
+    assert f"{got.data_efficiency:.1%}" in got.comparison
+    assert f"{got.constant_batch_data_efficiency:.1%}" in got.comparison

@@ -141,6 +141,8 @@ class BatchRampRead(TypedDict, total=False):
     steps_saved_fraction: Required[float]
     comparison: Required[str]
     loss_evaluated_from_tokens: Required[float]
+    data_efficiency: Required[float]
+    constant_batch_data_efficiency: Required[float]
     granularity_tokens: Required[float]
     critical_batch_rule: Required[str]
     loss_predictor: Required[str]

@@ -420,6 +420,8 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
             steps_saved_fraction=planned.steps_saved_fraction,
             comparison=planned.comparison,
             loss_evaluated_from_tokens=planned.loss_evaluated_from_tokens,
+            data_efficiency=planned.data_efficiency,
+            constant_batch_data_efficiency=planned.constant_batch_data_efficiency,
             granularity_tokens=step,
             critical_batch_rule=ramp_rule,
             loss_predictor=(

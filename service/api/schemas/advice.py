@@ -456,6 +456,15 @@ class BatchRampRead(ApiModel):
     loss_evaluated_from_tokens: float = Field(
         description="the smallest token count the loss fit was made on; earlier phases take the loss there"
     )
+    data_efficiency: float = Field(
+        description="E_min/E of the ramp: the fraction of its tokens that count, a token at batch B doing "
+        "1/(1 + B/B_crit) of the work of one at a vanishing batch (Kaplan et al. 2020 Eq. 5.5); 0.5 = "
+        "the batch at B_crit throughout"
+    )
+    constant_batch_data_efficiency: float = Field(
+        description="the same for the constant batch over the same tokens: the data a ramp saves is "
+        "the gap between the two"
+    )
     granularity_tokens: float
     critical_batch_rule: str
     loss_predictor: str
