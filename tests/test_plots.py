@@ -73,12 +73,25 @@ def _comparison_figure(size: str) -> Figure:
     )
 
 
+def _fleet_figure(size: str) -> Figure:
+    rows: list[plots.PercentileRow] = [
+        (f"fleet · h100-sxm · {size_class} · {12 + i} runs", 0.2 + i / 50, 0.3, 0.38, 0.45, 0.52)
+        for i, size_class in enumerate(["below-1b", "1b-10b", "10b-100b", "100b-plus"])
+    ]
+    rows.append(("your tenant · a100-80gb · 1b-10b · 2 runs", 0.31, 0.33, 0.35, 0.36, 0.37))
+    rows.append(("fleet · mi300x · 1b-10b · 3 runs", None, None, None, None, None))
+    return plots.fleet_percentiles_figure(
+        rows=rows, title=LONG_TITLE, marker=(1, 0.41, "run_00000000000000000005 (median)"), size=size
+    )
+
+
 KINDS: dict[str, tuple[Callable[[str], Figure], list[str]]] = {
     "schedule": (_schedule_figure, ["WSD <cosine> & co", "warmup", "stable", "decay"]),
     "breakdown": (_breakdown_figure, [name for name, _ in COMPONENTS]),
     "mfu": (_mfu_figure, ["MFU", "min–max", "median 40.0%"]),
     "ramp": (_ramp_figure, ["batch (ramp)", "critical batch"]),
     "comparison": (_comparison_figure, ["median MFU", "latest MFU"]),
+    "fleet": (_fleet_figure, ["p10–p90", "p25–p75", "median", "run_00000000000000000005 (median)"]),
 }
 
 

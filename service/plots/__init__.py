@@ -5,6 +5,8 @@
 - ``bar_chart`` (``bar_chart_svg`` / ``bar_chart_png``): stacked horizontal bars of a step time by
   component, one fixed colour per component name (``style.COMPONENT_COLOURS``).
 - ``mfu_over_time_chart``: a run's MFU in percent with its per-point min–max band and median.
+- ``run_comparison_chart``: runs side by side (median and latest MFU).
+- ``fleet_percentiles_chart``: fleet groups' p10–p90 / p25–p75 / median MFU, one run marked.
 
 Layouts never clip: the title wraps to the figure, the legend takes as many columns as fit, and
 labels inside the plot are kept only where they fit (``render.clipped_texts`` is the check).
@@ -17,9 +19,12 @@ from collections.abc import Sequence
 from service.plots.charts import (
     Band,
     Bar,
+    PercentileRow,
     Series,
     bar_chart,
     bar_chart_figure,
+    fleet_percentiles_chart,
+    fleet_percentiles_figure,
     line_chart,
     line_chart_figure,
     mfu_over_time_chart,
@@ -36,6 +41,7 @@ __all__ = [
     "Band",
     "Bar",
     "Format",
+    "PercentileRow",
     "Series",
     "bar_chart",
     "bar_chart_figure",
@@ -43,6 +49,8 @@ __all__ = [
     "bar_chart_svg",
     "clipped_texts",
     "colour_for",
+    "fleet_percentiles_chart",
+    "fleet_percentiles_figure",
     "format_number",
     "line_chart",
     "line_chart_figure",

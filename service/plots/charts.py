@@ -1,4 +1,5 @@
-"""The chart kinds: line charts with phase bands, stacked step-time bars, MFU over time.
+"""The chart kinds: line charts with phase bands, stacked step-time bars, MFU over time, runs compared,
+fleet percentiles.
 
 Each kind has a ``*_figure`` builder (a laid-out matplotlib ``Figure``, for tests and for callers
 that want to add to it) and a function that answers PNG bytes or SVG text for ``fmt``.
@@ -328,3 +329,66 @@ def run_comparison_chart(
     size: str = "medium",
 ) -> bytes | str:
     return save(run_comparison_figure(runs=runs, title=title, best_run_id=best_run_id, size=size), fmt)
+
+
+#: A fleet group's row: (label, p10, p25, p50, p75, p90), MFU as fractions (None: not enough runs).
+PercentileRow = tuple[str, float | None, float | None, float | None, float | None, float | None]
+
+
+def fleet_percentiles_figure(
+    *,
+    rows: Sequence[PercentileRow],
+    title: str,
+    marker: tuple[int, float, str] | None = None,
+    size: str = "medium",
+) -> Figure:
+    """One row per fleet group, top down: p10–p90 as a light bar, p25–p75 as a dark one, the median
+    as a tick (MFU in percent). ``marker`` = (row, MFU, label) puts one run on its group's row."""
+    fig, ax = new_figure(size)
+    colour = colour_for("MFU")
+    positions = list(range(len(rows)))
+    outer = inner = median_mark = None
+    for row, (_, p10, p25, p50, p75, p90) in enumerate(rows):
+        if p10 is None or p90 is None:
+            ax.text(0.005, row, "too few runs to show", va="center", fontsize=8, color="#444")
+            continue
+        outer = ax.barh(row, p90 - p10, left=p10, height=0.6, color=colour, alpha=0.3)
+        if p25 is not None and p75 is not None:
+            inner = ax.barh(row, p75 - p25, left=p25, height=0.6, color=colour, alpha=0.85)
+        if p50 is not None:
+            median_mark = ax.vlines(p50, row - 0.3, row + 0.3, color="#222", linewidth=2)
+    handles: list[Artist] = []
+    labels: list[str] = []
+    for artist, text in ((outer, "p10–p90"), (inner, "p25–p75"), (median_mark, "median")):
+        if artist is not None:
+            handles.append(artist.patches[0] if hasattr(artist, "patches") else artist)
+            labels.append(text)
+    values = [v for row in rows for v in row[1:] if v is not None]
+    if marker is not None:
+        row, mfu, text = marker
+        handles.append(ax.scatter([mfu], [row], marker="D", color="#d62728", zorder=3))
+        labels.append(text)
+        values.append(mfu)
+    _short_axes(ax, False, False)
+    ax.set_yticks(positions, [row[0] for row in rows])
+    ax.set_ylim(len(rows) - 0.4, -0.6)  # top down, a whole row's room at both ends
+    from matplotlib.ticker import PercentFormatter
+
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    ax.set_xlim(0.0, max([*values, 0.01]) * 1.15)
+    ax.set_xlabel("median MFU per run")
+    ax.grid(True, axis="x", color=GRID)
+    set_title(fig, title)
+    add_legend(fig, handles, labels)
+    return finish(fig)
+
+
+def fleet_percentiles_chart(
+    fmt: Format,
+    *,
+    rows: Sequence[PercentileRow],
+    title: str,
+    marker: tuple[int, float, str] | None = None,
+    size: str = "medium",
+) -> bytes | str:
+    return save(fleet_percentiles_figure(rows=rows, title=title, marker=marker, size=size), fmt)

@@ -182,3 +182,21 @@ def test_statistics_need_a_key_with_the_read_scope(store_client: StoreClient) ->
         ).status_code
         == 422
     )
+
+
+def test_the_fleet_percentiles_are_drawn_as_svg_and_png_with_the_run_marked(
+    store_client: StoreClient,
+) -> None:
+    ids = [_run_with_mfu(store_client, value) for value in (0.20, 0.30, 0.40, 0.50, 0.60)]
+    url = f"/v1/stats/mfu?run_id={ids[1]}"
+    svg = store_client.client.get(url, headers={**store_client.reader, "Accept": "image/svg+xml"})
+    assert svg.status_code == 200, svg.text
+    assert svg.headers["content-type"].startswith("image/svg+xml")
+    text = svg.text
+    # One fleet row and one tenant row for the group, both with their run count; the run in the legend.
+    assert "fleet · h100-sxm" in text and "your tenant · h100-sxm" in text and "5 runs" in text
+    assert f"{ids[1]} (median)" in text and "p25–p75" in text
+    png = store_client.client.get(url, headers={**store_client.reader, "Accept": "image/png"})
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG\r\n\x1a\n")
+    refused = store_client.client.get(url, headers={**store_client.reader, "Accept": "text/csv"})
+    assert refused.status_code == 406
