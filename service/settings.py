@@ -92,6 +92,13 @@ class Settings(BaseSettings):
         "a key derived from the database URL, which replicas of one database share, but which anyone "
         "who knows the URL can derive too",
     )
+    bootstrap_api_key: SecretStr | None = Field(
+        default=None,
+        description="a key (teff_<12 hex>_<secret>) that `teff db upgrade` stores if its prefix is new: the "
+        "first key of a deploy, from a Secret, without a shell in a pod (deploy/README.md)",
+    )
+    bootstrap_tenant: str = Field(default="default", min_length=1, max_length=64)
+    bootstrap_scopes: str = Field(default="read,write", description="comma-separated scopes of that key")
     require_api_key_for_estimates: bool = Field(
         default=False, description="when true, the stateless estimate endpoints also need an API key"
     )

@@ -73,6 +73,48 @@ def create_key(connection: Connection, *, tenant: str, scopes: frozenset[str], n
     return key
 
 
+def key_prefix(key: str) -> str | None:
+    """The prefix of a well-formed key (``teff_<12 hex>_<secret>``), or None."""
+    parts = key.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or len(parts[1]) != 12 or len(parts[2]) < 32:
+        return None
+    if any(c not in "0123456789abcdef" for c in parts[1]):
+        return None
+    return parts[1]
+
+
+def import_key(
+    connection: Connection, key: str, *, tenant: str, scopes: frozenset[str], name: str = "bootstrap"
+) -> bool:
+    """Store a key made elsewhere (a deploy's bootstrap Secret) unless its prefix is already known.
+
+    True when it was stored. A key whose prefix exists, revoked or not, is left alone: a bootstrap
+    key an operator revoked is never brought back by the next deploy. The key itself is never stored.
+    """
+    prefix = key_prefix(key)
+    if prefix is None:
+        raise ValueError(
+            f"a bootstrap key must read {KEY_PREFIX}_<12 hex digits>_<at least 32 characters>; make one with "
+            "`python3 -c \"import secrets; print(f'teff_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}')\"`"
+        )
+    if not tenant or len(tenant) > 64:
+        raise ValueError("tenant must be 1–64 characters")
+    known = connection.execute(select(api_keys.c.id).where(api_keys.c.prefix == prefix)).first()
+    if known is not None:
+        return False
+    connection.execute(
+        insert(api_keys).values(
+            prefix=prefix,
+            key_hash=_hash(key),
+            tenant=tenant,
+            name=name,
+            scopes=",".join(sorted(scopes)),
+            created_at=datetime.now(UTC),
+        )
+    )
+    return True
+
+
 def list_keys(connection: Connection, *, tenant: str | None = None) -> list[ApiKeyRecord]:
     query = select(api_keys).order_by(api_keys.c.id)
     if tenant is not None:

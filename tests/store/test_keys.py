@@ -57,3 +57,47 @@ def test_unknown_scopes_are_refused() -> None:
         assert "superuser" in str(exc)
     else:
         raise AssertionError("an unknown scope must be refused")
+
+
+BOOTSTRAP_KEY = "teff_0123456789ab_" + "s3cret-made-by-the-operator-not-by-us-0123"
+
+
+def _import(engine: Engine, key: str = BOOTSTRAP_KEY) -> bool:
+    with UnitOfWork(engine, write=True) as uow:
+        stored = keys.import_key(
+            uow.connection, key, tenant="ml-platform", scopes=frozenset({"read", "write"})
+        )
+        uow.commit()
+    return stored
+
+
+def test_a_bootstrap_key_is_stored_once_and_authenticates_as_given(engine: Engine) -> None:
+    assert _import(engine) is True
+    assert _import(engine) is False  # the next deploy's upgrade changes nothing
+    with UnitOfWork(engine, write=False) as uow:
+        principal = keys.authenticate(uow.connection, BOOTSTRAP_KEY)
+        rows = uow.connection.execute(select(api_keys.c.key_hash)).all()
+    assert (
+        principal is not None and principal.tenant == "ml-platform" and principal.scopes == {"read", "write"}
+    )
+    assert len(rows) == 1 and BOOTSTRAP_KEY not in rows[0].key_hash
+
+
+def test_a_revoked_bootstrap_key_is_not_brought_back_by_the_next_deploy(engine: Engine) -> None:
+    _import(engine)
+    with UnitOfWork(engine, write=True) as uow:
+        assert keys.revoke_key(uow.connection, prefix="0123456789ab")
+        uow.commit()
+    assert _import(engine) is False
+    with UnitOfWork(engine, write=False) as uow:
+        assert keys.authenticate(uow.connection, BOOTSTRAP_KEY) is None
+
+
+def test_a_malformed_bootstrap_key_is_refused_saying_how_to_make_one(engine: Engine) -> None:
+    for bad in ("hunter2", "teff_XYZ_" + "a" * 40, "teff_0123456789ab_short"):
+        try:
+            _import(engine, bad)
+        except ValueError as err:
+            assert "secrets.token_hex(6)" in str(err)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
