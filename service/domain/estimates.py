@@ -151,11 +151,20 @@ def estimate_training(
             if accelerator.tdp_watts is None
             else accelerator.tdp_watts * device_count * seconds / JOULES_PER_KWH
         )
+        cost = None if price is None else device_hours * price
+        if not all(math.isfinite(v) for v in (seconds, device_hours, cost or 0.0, energy or 0.0)):
+            # A float cannot hold the answer (e.g. an MFU of 5e-324): say which input took it there.
+            raise InvalidInput(
+                f"at MFU {job_mfu:g} this job's time, device-hours or cost is beyond a float's range "
+                f"(total training FLOPs {total:g} on {device_count} × {peak:g} FLOP/s); give a realistic "
+                "MFU (0.2-0.6 is typical) and budget.",
+                field="mfu" if job_mfu == given_mfu else "total_training_flops",
+            )
         return JobCost(
             mfu=job_mfu,
             wall_clock_seconds=seconds,
             device_hours=device_hours,
-            cost=None if price is None else device_hours * price,
+            cost=cost,
             energy_kwh_upper_bound=energy,
             devices_to_match_wall_clock=devices_to_match(device_count, given_mfu, job_mfu),
         )

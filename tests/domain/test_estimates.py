@@ -83,3 +83,12 @@ def test_total_flops_and_a_token_budget_together_are_ambiguous() -> None:
     with pytest.raises(InvalidInput):
         estimate_training(accelerator=H100, device_count=8, precision="bf16", mfu=0.4, total_training_flops=1e21,
                           model_flops_per_token=1e9, tokens=1e9)  # fmt: skip
+
+
+def test_an_mfu_too_small_for_a_float_to_hold_the_time_is_refused_naming_mfu() -> None:
+    # The contract fuzz's case: 5e-324 (the smallest float) made the time infinite, answered as a 500.
+    with pytest.raises(InvalidInput) as err:
+        estimate_training(accelerator=H100, device_count=8, precision="bf16", mfu=5e-324,
+                          total_training_flops=1e24)  # fmt: skip
+    assert err.value.field == "mfu"
+    assert "beyond a float's range" in err.value.message
