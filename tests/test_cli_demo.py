@@ -213,7 +213,7 @@ def test_the_demo_stores_what_the_api_stores_for_the_same_bodies(
     finally:
         engine.dispose()
     client = client_for()
-    for demo_run in demo.DEMO_RUNS[:3]:
+    for demo_run in demo.DEMO_RUNS:
         stored = client.get(f"/v1/runs/{demo_run.id}", headers={"X-API-Key": key}).json()
         body = {**demo_run.body, "started_at": stored["started_at"]}
         created = client.post("/v1/runs", json=body, headers={"X-API-Key": other})
@@ -241,3 +241,17 @@ def test_the_demo_stores_what_the_api_stores_for_the_same_bodies(
             for rid, k in ((demo_run.id, key), (run_id, other))
         ]
         assert pages[0] == pages[1]
+
+
+def test_dev_py_demo_runs_teff_demo_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        import dev
+    finally:
+        sys.path.remove(str(ROOT))
+    calls: list[list[str]] = []
+    monkeypatch.setattr(dev, "_ensure_environment", lambda extras: calls.append(["ensure", extras]))
+    monkeypatch.setattr(dev.subprocess, "call", lambda command, cwd: calls.append(command) or 0)
+    monkeypatch.setattr(sys, "argv", ["dev.py", "demo"])
+    assert dev.main() == 0
+    assert calls == [["ensure", ""], [str(dev.BIN / "teff"), "demo"]]

@@ -52,7 +52,8 @@ FinalStatus = Literal["running", "finished", "failed"]
 
 # --------------------------------------------------------------------------------------------------
 # Published MFU ranges (fractions of the dense peak) the demo runs are derived from.
-# Sources: /work/shared/validation/published_runs.json and reference/flops_and_mfu.md.
+# Sources: the published papers and READMEs named below (collected in the validation set,
+# validation/published_runs.json, and reference/flops_and_mfu.md).
 
 #: torchtitan, Llama 3.1 8B on H100 at sequence 8192: 5,762 and 6,667 tokens/s per GPU are 33.7 % and
 #: 39.0 % MFU (reference/flops_and_mfu.md, reproduction targets).
@@ -95,16 +96,17 @@ FAILING_MFU_FRACTION = 0.55
 FAILURE_AFTER_SECONDS = 600.0
 #: Seconds between a finished run's last measurement and its finish.
 FINISH_AFTER_SECONDS = 90.0
-#: A checkpoint is saved every this many measurements and takes CHECKPOINT_SAVE_SECONDS (an 8B model's
-#: sharded state, tens of GB, written to a parallel file system in well under a minute).
+#: A checkpoint is saved every this many measurements and takes CHECKPOINT_SAVE_SECONDS (sharded state
+#: of tens to hundreds of GB written in parallel to a parallel file system: about a minute; one figure
+#: for every demo run).
 CHECKPOINT_EVERY_MEASUREMENTS = 50
 CHECKPOINT_SAVE_SECONDS = 40.0
 #: A restarted attempt reads the last checkpoint during its start-up, from this many seconds after its
 #: start, for CHECKPOINT_RESTORE_SECONDS.
 CHECKPOINT_RESTORE_FROM_SECONDS = 120.0
 CHECKPOINT_RESTORE_SECONDS = 90.0
-#: What the failed run's failure event says, and how long it hung before (the collective timeout).
-FAILURE_REASON = "NCCL watchdog: an all-gather did not complete within 600 s (node demo-h100-b-017)"
+#: What the failed run's failure event says (its hang lasts FAILURE_AFTER_SECONDS, the watchdog's limit).
+FAILURE_REASON = f"NCCL watchdog: an all-gather did not complete within {FAILURE_AFTER_SECONDS:.0f} s (node demo-h100-b-017)"
 
 
 @dataclass(frozen=True, slots=True)
