@@ -242,6 +242,9 @@ def _demo(settings: Settings) -> int:
     )
     lines += [
         "",
+        "They count in the fleet statistics and calibrations as any tenant's runs do: load them into a "
+        "database of your own, not a shared one.",
+        "",
         "A new API key for these runs (read, write). Keys are stored only as hashes, so each `teff demo` "
         f"makes a fresh one{again}:",
         "",
