@@ -3,6 +3,7 @@
 
     python3 dev.py serve    create/refresh .venv, migrate the local SQLite database, serve
     python3 dev.py test     create/refresh .venv (with dev tools), run the whole test suite
+    python3 dev.py demo     create/refresh .venv, load the demo fleet into the local database, print a key
 
 Extra arguments after `test` go to pytest. The environment is reinstalled when pyproject.toml or
 constraints.txt changes; constraints.txt pins every dependency to the versions the suite was last
@@ -138,17 +139,25 @@ def serve() -> int:
     return _run_forwarding_signals([teff, "serve"], env)
 
 
+def demo() -> int:
+    """`teff demo` (it migrates the database itself): runs and measurements the docs' examples read."""
+    _ensure_environment("")
+    return subprocess.call([str(BIN / "teff"), "demo"], cwd=ROOT)
+
+
 def test(pytest_args: list[str]) -> int:
     _ensure_environment("dev")
     return subprocess.call([str(PYTHON), "-m", "pytest", *pytest_args], cwd=ROOT)
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test"}:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"serve", "test", "demo"}:
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "serve":
         return serve()
+    if sys.argv[1] == "demo":
+        return demo()
     return test(sys.argv[2:])
 
 

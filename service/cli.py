@@ -8,6 +8,7 @@
     teff keys create --tenant T --scopes read,write [--name N]
     teff keys list [--tenant T]
     teff keys revoke PREFIX
+    teff demo                       load the demo fleet (idempotent) and print a new key for it
 
 Exit codes: 0 ok, 1 failure, 2 bad usage or settings.
 """
@@ -18,11 +19,18 @@ import argparse
 import os
 import socket
 import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import yaml
 
 from service.settings import Settings, SettingsError, load_settings, redact_url
+
+if TYPE_CHECKING:
+    from service.store.records import RunRecord
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -165,6 +173,94 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+class _ApiRecorder:
+    """The API's own computations for the demo (``service.usecases.demo.RunRecorder``): a run body as
+    ``POST /v1/runs`` validates and prepares it, measurements as ``POST .../measurements`` parses and
+    computes them (the JSON paths themselves: the bodies are encoded and decoded as requests are)."""
+
+    def prepare_run(
+        self, body: Mapping[str, Any], *, now: datetime
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        from service.api.schemas.runs import RunCreate
+        from service.api.services.run_creation import prepare_run
+
+        prepared = prepare_run(RunCreate.model_validate_json(orjson.dumps(body)), now=now)
+        return prepared.values, prepared.tags
+
+    def measurement_values(
+        self, run: RunRecord, items: Sequence[Mapping[str, Any]], *, now: datetime
+    ) -> list[tuple[Any, ...]]:
+        from service.api.services import ingest
+
+        parsed = ingest.parse_measurements(orjson.dumps(list(items)), max_items=max(len(items), 1))
+        return ingest.measurement_values(run, parsed, now=now)
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
+def _demo(settings: Settings) -> int:
+    from service.store import migrate
+    from service.store.engine import build_engine
+    from service.usecases import demo
+
+    url = settings.effective_database_url
+    engine = build_engine(url, pool_size=1)
+    try:
+        try:
+            behind = migrate.current_revisions(engine) != migrate.head_revisions()
+        except Exception as exc:
+            return _fail(f"cannot reach the database: {type(exc).__name__}: {redact_url(exc)}")
+        if behind:
+            migrate.upgrade(url)
+            print(f"teff: database migrated to {', '.join(migrate.head_revisions())} (head)", file=sys.stderr)
+        loaded = demo.load_demo(engine, recorder=_ApiRecorder())
+    finally:
+        engine.dispose()
+    created = sum(run.created for run in loaded.runs)
+    base = f"http://{settings.host}:{settings.port}"
+    lines = [
+        f"teff demo: {len(loaded.runs)} runs for tenant {demo.DEMO_TENANT!r} at {redact_url(url)}: "
+        f"{created} created, {len(loaded.runs) - created} already there; "
+        f"{loaded.measurements_stored} measurements and {loaded.events_stored} events stored "
+        f"({loaded.seconds:.1f} s)",
+        "",
+        f"  {'run id':<25} {'status':<9} {'median MFU':>10} {'published':>13}  run",
+    ]
+    for run in loaded.runs:
+        low, high = run.demo.mfu_range
+        lines.append(
+            f"  {run.demo.id:<25} {run.status:<9} {_percent(run.median_mfu):>10} "
+            f"{f'{100 * low:.1f}-{100 * high:.1f} %':>13}  {run.title}"
+        )
+    again = (
+        f"; the {loaded.earlier_keys} made before stay valid (`teff keys list --tenant demo`, revoke with "
+        "`teff keys revoke PREFIX`)"
+        if loaded.earlier_keys
+        else ""
+    )
+    lines += [
+        "",
+        "They count in the fleet statistics and calibrations as any tenant's runs do: load them into a "
+        "database of your own, not a shared one.",
+        "",
+        "A new API key for these runs (read, write). Keys are stored only as hashes, so each `teff demo` "
+        f"makes a fresh one{again}:",
+        "",
+        f"  {loaded.key}",
+        "",
+        "Try it (with `teff serve` running):",
+        "",
+        f"  export TEFF_API_KEY={loaded.key}",
+        f'  curl -s -H "X-API-Key: $TEFF_API_KEY" {base}/v1/runs/{loaded.runs[0].demo.id}/efficiency',
+        "",
+        f"or open {base}/docs, press Authorize and paste the key.",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teff", description="Training-efficiency service")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -190,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     list_parser.add_argument("--tenant")
     revoke = keys_commands.add_parser("revoke", help="revoke a key by its prefix")
     revoke.add_argument("prefix")
+    commands.add_parser(
+        "demo",
+        help="load a small demo fleet (runs and measurements; idempotent) and print a new key for it",
+    )
     return parser
 
 
@@ -205,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(settings)
     if args.command == "db":
         return _db(settings, args)
+    if args.command == "demo":
+        return _demo(settings)
     return _keys(settings, args)
 
 
