@@ -1,7 +1,8 @@
 """`teff`: the one command-line entry point.
 
     teff serve                      start the HTTP server (uvicorn) on TEFF_HOST:TEFF_PORT
-    teff db upgrade [REVISION]      run the migrations (a deploy step of its own)
+    teff db upgrade [REVISION]      run the migrations (a deploy step of its own); stores
+                                    TEFF_BOOTSTRAP_API_KEY when set and new
     teff db downgrade REVISION      roll back (e.g. `base`)
     teff db current                 print the schema revision and whether it is current
     teff openapi export [PATH]      write the OpenAPI contract (default: openapi.yaml)
@@ -85,6 +86,34 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
+def _bootstrap_key(settings: Settings) -> int:
+    """Store TEFF_BOOTSTRAP_API_KEY (a deploy's first key, from a Secret) when its prefix is new."""
+    from service.store import keys
+    from service.store.engine import build_engine
+    from service.store.uow import UnitOfWork
+
+    assert settings.bootstrap_api_key is not None
+    engine = build_engine(settings.effective_database_url, pool_size=1)
+    try:
+        scopes = keys.parse_scopes(settings.bootstrap_scopes)
+        with UnitOfWork(engine, write=True) as uow:
+            stored = keys.import_key(
+                uow.connection,
+                settings.bootstrap_api_key.get_secret_value(),
+                tenant=settings.bootstrap_tenant,
+                scopes=scopes,
+            )
+            uow.commit()
+    except ValueError as err:
+        print(f"teff: TEFF_BOOTSTRAP_API_KEY: {err}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    what = "stored" if stored else "already known (left as it is, revoked or not)"
+    print(f"teff: bootstrap key for tenant {settings.bootstrap_tenant!r} {what}", file=sys.stderr)
+    return 0
+
+
 def _db(settings: Settings, args: argparse.Namespace) -> int:
     from service.store import migrate
     from service.store.engine import build_engine
@@ -93,6 +122,8 @@ def _db(settings: Settings, args: argparse.Namespace) -> int:
     if args.db_command == "upgrade":
         migrate.upgrade(url, args.revision)
         print(f"teff: database at {', '.join(migrate.head_revisions())} (head)", file=sys.stderr)
+        if settings.bootstrap_api_key is not None:
+            return _bootstrap_key(settings)
         return 0
     if args.db_command == "downgrade":
         migrate.downgrade(url, args.revision)

@@ -69,3 +69,34 @@ def test_serve_on_a_busy_port_says_so_in_one_line_and_exits_1(tmp_path: Path) ->
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"teff: cannot listen on 127.0.0.1:{port}: Address already in use"], result.stderr
+
+
+def test_db_upgrade_stores_the_bootstrap_key_once_and_it_authenticates(tmp_path: Path) -> None:
+    from service.store import keys
+    from service.store.engine import build_engine
+    from service.store.uow import UnitOfWork
+
+    key = "teff_00112233aabb_" + "made-by-the-operator-with-secrets-token-urlsafe"
+    database = tmp_path / "teff.db"
+    env = _clean_env(
+        TEFF_DATABASE_URL=f"sqlite:///{database}",
+        TEFF_BOOTSTRAP_API_KEY=key,
+        TEFF_BOOTSTRAP_TENANT="platform",
+    )
+    first = _teff("db", "upgrade", env=env, cwd=tmp_path)
+    assert first.returncode == 0 and "bootstrap key for tenant 'platform' stored" in first.stderr, (
+        first.stderr
+    )
+    again = _teff("db", "upgrade", env=env, cwd=tmp_path)
+    assert again.returncode == 0 and "already known" in again.stderr, again.stderr
+    assert key not in first.stderr + first.stdout + again.stderr + again.stdout  # never echoed
+    engine = build_engine(f"sqlite:///{database}")
+    try:
+        with UnitOfWork(engine, write=False) as uow:
+            principal = keys.authenticate(uow.connection, key)
+            assert len(keys.list_keys(uow.connection)) == 1
+    finally:
+        engine.dispose()
+    assert principal is not None and principal.tenant == "platform" and principal.scopes == {"read", "write"}
+    bad = _teff("db", "upgrade", env={**env, "TEFF_BOOTSTRAP_API_KEY": "hunter2"}, cwd=tmp_path)
+    assert bad.returncode == 2 and "secrets.token_hex(6)" in bad.stderr and "hunter2" not in bad.stderr
