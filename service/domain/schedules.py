@@ -230,6 +230,20 @@ def key_steps(spec: ScheduleSpec) -> list[int]:
     return sorted(k for k in keys if 0 <= k <= total)
 
 
+def round_stride(stride: float, *, at_least: float = 1.0) -> int:
+    """The whole number of steps of the form 1, 2, 2.5 or 5 × 10^k nearest to ``stride`` (in ratio), and
+    not below ``at_least``: sampled steps read 0, 500, 1000 … rather than 0, 503, 1005, 1508, for
+    between 0.7 and 1.4 times the points asked."""
+    target = max(stride, at_least, 1.0)
+    decade = 10 ** math.floor(math.log10(target))
+    candidates = [
+        int(c)
+        for m in (1, 2, 2.5, 5, 10)
+        if (c := m * decade) >= max(at_least, 1.0) * (1 - 1e-12) and float(c).is_integer()
+    ]
+    return min(candidates, key=lambda c: abs(math.log(c / max(stride, 1.0))))
+
+
 def sample(
     spec: ScheduleSpec,
     *,
@@ -239,8 +253,8 @@ def sample(
 ) -> list[SchedulePoint]:
     """Sample the schedule over ``0 ≤ t ≤ until_step`` (default ``total_steps``).
 
-    Give ``points`` (about that many evenly spaced steps) or ``every`` (a stride); neither means 200
-    points. The key steps (``key_steps``: 0, end of warmup, end of the stable phase, T − 1, T) are
+    Give ``points`` (about that many evenly spaced steps, at a round stride: :func:`round_stride`) or
+    ``every`` (a stride); neither means 200 points. The key steps (``key_steps``: 0, end of warmup, end of the stable phase, T − 1, T) are
     always included, so the result may hold a few more points than asked. O(points): the run is never
     materialised.
     """
@@ -264,7 +278,8 @@ def sample(
         n = 200 if points is None else points
         if not is_whole_number(n) or not 2 <= n <= MAX_SAMPLE_POINTS:
             raise InvalidInput(f"points must be a whole number in [2, {MAX_SAMPLE_POINTS}].", field="points")
-        steps.update(round(i * end / (n - 1)) for i in range(n))
+        # A round stride, but never more points than one call may answer.
+        steps.update(range(0, end + 1, round_stride(end / (n - 1), at_least=end / (MAX_SAMPLE_POINTS - 1))))
     return [SchedulePoint(t, lr_at(spec, t)) for t in sorted(steps)]
 
 

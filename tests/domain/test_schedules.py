@@ -15,6 +15,7 @@ from service.domain.schedules import (
     lr_at,
     lr_sum,
     phases,
+    round_stride,
     sample,
     summary,
 )
@@ -386,3 +387,22 @@ def test_continuous_kinds_move_by_at_most_their_largest_slope_per_step(s: Schedu
 def test_lr_sum_equals_the_brute_force_sum(s: ScheduleSpec) -> None:
     brute = math.fsum(lr_at(s, t) for t in range(s.total_steps))
     assert lr_sum(s) == pytest.approx(brute, rel=1e-9, abs=1e-12 * s.peak_lr)
+
+
+def test_sampled_steps_fall_on_a_round_stride_besides_the_key_steps() -> None:
+    # Issue 20: 200 points over 100,000 steps read 0, 503, 1005, 1508 …; now 0, 500, 1000 …
+    s = ScheduleSpec(kind="cosine", peak_lr=3e-4, total_steps=100_000, warmup_steps=777)
+    steps = [p.step for p in sample(s, points=200)]
+    off_stride = [t for t in steps if t % 500]
+    assert set(off_stride) <= set(key_steps(s))
+    assert 140 <= len(steps) - len(off_stride) <= 280  # 0.7-1.4 times the points asked
+
+
+@pytest.mark.parametrize(
+    ("stride", "rounded"),
+    [(0.3, 1), (1.6, 2), (502.5, 500), (10_010, 10_000), (1.667e6, 2_000_000), (330, 250)],
+)
+def test_a_stride_rounds_to_the_nearest_1_2_2_5_or_5_times_a_power_of_ten(
+    stride: float, rounded: int
+) -> None:
+    assert round_stride(stride) == rounded
