@@ -170,3 +170,16 @@ def test_routers_are_leaves(name: str) -> None:
     if name == "service.api.routers":
         return
     assert routers == []
+
+
+#: Issue 15: a file a newcomer must read whole to change one thing stays below this many lines.
+MAX_LINES_PER_FILE = 600
+
+
+def test_no_file_in_the_service_exceeds_the_size_limit() -> None:
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for path in MODULES.values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES_PER_FILE
+    }
+    assert too_long == {}, f"split these by concept (over {MAX_LINES_PER_FILE} lines): {too_long}"

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.api.problems import FORBIDDEN, UNAUTHORIZED, UNAUTHORIZED_HEADERS, ProblemError, invalid_api_key
-from service.api.schemas.runs import MeasurementsAdded
+from service.api.schemas.measurements import MeasurementsAdded
 from service.settings import Settings
 from service.store import keys
 from service.store.uow import UnitOfWork

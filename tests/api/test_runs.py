@@ -481,7 +481,7 @@ def test_the_ingest_throughput_accepts_and_refuses_exactly_what_throughput_in_do
     from pydantic import TypeAdapter, ValidationError
 
     from service.api.schemas.common import ThroughputIn
-    from service.api.schemas.runs import MeasurementItem
+    from service.api.schemas.measurements import MeasurementItem
 
     def outcome(validate: Any) -> str:
         try:

@@ -25,12 +25,14 @@ from service.api.deps import (
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
-from service.api.schemas.runs import (
+from service.api.schemas.measurements import (
     MEASUREMENT_EXAMPLE,
     MEASUREMENTS_EXAMPLE,
     MeasurementItem,
     MeasurementPage,
     MeasurementsAdded,
+)
+from service.api.schemas.runs import (
     RunCompareRequest,
     RunComparison,
     RunCreate,

@@ -35,7 +35,7 @@ from service.api.handlers import validation_problem
 from service.api.presenters.runs import run_summary
 from service.api.problems import invalid_api_key
 from service.api.resolve import with_field_prefix
-from service.api.schemas.runs import MeasurementItem, MeasurementsAdded
+from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
 from service.api.services.runs import not_found, now_utc
 from service.domain import hardware, mfu
 from service.domain.errors import DomainError

@@ -9,7 +9,7 @@ from sqlalchemy import Connection
 from service.api.cursors import CursorCodec
 from service.api.schemas.common import ThroughputIn
 from service.api.schemas.fields import is_stored_int
-from service.api.schemas.runs import MeasurementPage, MeasurementRead
+from service.api.schemas.measurements import MeasurementPage, MeasurementRead
 from service.api.services.runs import require_run
 from service.domain.errors import InvalidInput
 from service.store import measurements as measurements_store
