@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 import pytest
@@ -329,3 +330,34 @@ def test_cursors_are_accepted_across_replicas_of_one_database_and_with_one_secre
     assert secret_b.decode(secret_a.encode(payload)) == payload
     with pytest.raises(Exception, match="not one this service issued"):
         one.decode(secret_a.encode(payload))
+
+
+def _published_tag_pattern(store_client: StoreClient) -> str:
+    schema = store_client.client.get("/openapi.json").json()["components"]["schemas"]["RunUpdate"]
+    (items,) = [branch["items"] for branch in schema["properties"]["add_tags"]["anyOf"] if "items" in branch]
+    return str(items["pattern"])
+
+
+# Every character some dialect calls whitespace (Python's str.isspace(), ECMA-262's \s with U+FEFF), and
+# zero-width U+200B that none does: a contract fuzz once sent U+0085, which the schema allowed and the
+# server stripped to an empty tag (422).
+_BLANKS = sorted({chr(i) for i in range(0x110000) if chr(i).isspace()} | {"\ufeff", "\u200b"})
+
+
+def test_a_tag_is_accepted_exactly_when_the_published_schema_allows_it(store_client: StoreClient) -> None:
+    pattern = re.compile(_published_tag_pattern(store_client))
+    run = store_client.create_run()
+    disagreements = []
+    for blank in _BLANKS:
+        for tag in (blank, blank + "x", "x" + blank, blank + "x" + blank):
+            response = store_client.client.patch(
+                f"/v1/runs/{run['id']}", json={"add_tags": [tag]}, headers=store_client.writer
+            )
+            if (response.status_code == 200) != bool(pattern.match(tag)):
+                disagreements.append((tag, response.status_code))
+            elif response.status_code == 200:
+                # stored without the blanks around it that the schema calls whitespace (those that
+                # cannot be a tag alone), nothing else changed
+                stripped = tag if pattern.match(blank) else tag.strip(blank)
+                assert stripped in response.json()["tags"], (tag, response.json()["tags"])
+    assert disagreements == []

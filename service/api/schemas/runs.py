@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -39,9 +40,20 @@ SizeClassName = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
 RunSort = Literal["started_at", "median_mfu"]
 SortOrder = Literal["asc", "desc"]
 
+# Unicode's White_Space characters, spelled out rather than ``\s`` because the dialects disagree (Python's
+# ``\s`` adds \x1c-\x1f, ECMA-262's, the JSON Schema dialect, adds U+FEFF). Every rule of a tag applies to
+# the string as sent, so the schema a client validates against and the server agree on every input; only
+# then are the surrounding blanks stripped ("pretrain " is stored as "pretrain").
+_WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_WHITESPACE_CLASS = r"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 Tag = Annotated[
     str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\s,\x00][^,\x00]*$"),
+    StringConstraints(
+        min_length=1,
+        max_length=100,
+        pattern=rf"^[{_WHITESPACE_CLASS}]*[^{_WHITESPACE_CLASS},\x00][^,\x00]*$",
+    ),
+    AfterValidator(lambda tag: tag.strip(_WHITESPACE)),
 ]
 MAX_TAGS = 50
 Layout = Annotated[int, Field(ge=1, le=1_000_000)]
