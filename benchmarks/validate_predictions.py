@@ -240,13 +240,17 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
         overlap_pp_comm=False,
         zero=1,
     ),
-    # DeepSpeed ZeRO-3 (2021): gathers a checkpointed layer's weights again for its recomputation.
+    # DeepSpeed ZeRO-3 (2021): gathers a checkpointed layer's weights again for its recomputation, and
+    # fetches parameters one submodule at a time (PartitionedParameterCoordinator.fetch_sub_module in
+    # the pre-forward hook, live parameters bounded by stage3_max_live_parameters; DeepSpeed ZeRO-3
+    # config docs), so only the largest weight matrix is gathered at once, not a whole layer.
     "deepspeed-zero3-2021": dict(
         flash_attention=False,
         fp32_grad_accumulation=False,
         overlap_dp_comm=True,
         regather_for_recompute=True,
         pooled_nic_collectives=False,
+        zero3_gather_unit="module",
         zero=3,
     ),
     # Megatron-core 2024+ (NeMo, Megatron-Bridge, Llama 3, DeepSeek-V3): fused attention, sequence
