@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
+from service.api.examples import add_examples
 from service.api.problems import ALL_KINDS, PROBLEM_CONTENT_TYPE
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -117,5 +118,6 @@ def build_openapi(app: FastAPI, *, routes: Sequence[BaseRoute] | None = None) ->
                     "application/json" in existing.get("content", {}) and status != "200"
                 ):
                     responses[status] = _problem_response(status)
+    add_examples(schema)
     app.openapi_schema = schema
     return schema

@@ -267,7 +267,8 @@ class RunUpdate(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"status": "finished", "finished_at": "2026-12-02T18:30:00Z", "add_tags": ["baseline"]}
+                {"add_tags": ["reviewed"], "price_per_device_hour": 2.5},
+                {"status": "finished", "add_tags": ["baseline"]},
             ]
         }
     )
