@@ -42,11 +42,18 @@ _NUL_PATTERNS = frozenset({NO_NUL_PATTERN, RUN_ID_PATTERN})
 MAX_REPORTED_ERRORS = 20
 
 
+#: Tags of a body that is one item or a list of them, chosen by its shape (pydantic's tagged union puts the
+#: tag into an error's location): ``Tag(SHAPE_TAG_PREFIX + "batch")``.
+SHAPE_TAG_PREFIX = "shape:"
+
+
 def field_path(loc: Sequence[Any], *, root: str = "") -> str:
     """A validation error's location as the one path syntax of every answer: names joined by dots,
     list positions in brackets (``body.tags[1]``, ``body[3].throughput``, ``body.items[2].model``)."""
     path = root
     for part in loc:
+        if isinstance(part, str) and part.startswith(SHAPE_TAG_PREFIX):
+            continue  # which shape of a one-or-many body was read: not a place in the request
         if isinstance(part, int):
             path += f"[{part}]"
         else:

@@ -119,7 +119,8 @@ def _query_is_valid_as_sent(response: Any, case: schemathesis.Case) -> bool:
 
     A query carries strings: a generated ``tag: false`` (not an array, so "invalid") goes out as
     ``?tag=false``, which is the one-tag array ``["false"]``: valid. Array parameters are checked here as
-    the list of strings sent; any other negative part keeps the failure.
+    the list of strings sent, string parameters as the one string sent; any other negative part keeps
+    the failure.
     """
     meta = case.meta
     others = (
@@ -141,9 +142,13 @@ def _query_is_valid_as_sent(response: Any, case: schemathesis.Case) -> bool:
             return False
         schema = parameter.definition.get("schema", {})
         options = schema.get("anyOf", [schema])
-        if not any(option.get("type") == "array" for option in options):
-            return False  # scalars: schemathesis' own serialization guards decide
-        if not jsonschema.Draft202012Validator(schema).is_valid(values):
+        if any(option.get("type") == "array" for option in options):
+            read = values
+        elif len(values) == 1 and any(option.get("type") == "string" for option in options):
+            read = values[0]  # a generated ``model: false`` goes out as the valid model name "false"
+        else:
+            return False  # numbers, booleans: schemathesis' own serialization guards decide
+        if not jsonschema.Draft202012Validator(schema).is_valid(read):
             return False
     return True
 

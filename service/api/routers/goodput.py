@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Request
+from pydantic import Discriminator, Tag
 from starlette.responses import Response
 
 from service import goodput_plot
 from service.api.deps import Reader, WritePrincipal, WriteUow
+from service.api.handlers import SHAPE_TAG_PREFIX
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.presenters.goodput import badput_items
@@ -43,6 +45,10 @@ def _not_found(run_id: str) -> ProblemError:
     return ProblemError(NOT_FOUND, f"No run {run_id!r} for this API key's tenant.", run_id=run_id)
 
 
+def _event_body_shape(body: object) -> str:
+    return SHAPE_TAG_PREFIX + ("batch" if isinstance(body, list) else "one")
+
+
 @router.post(
     "/runs/{run_id}/events",
     response_model=EventsAdded,
@@ -60,7 +66,17 @@ def add_events(
     principal: WritePrincipal,
     uow: WriteUow,
     request_body: Annotated[
-        EventIn | Annotated[list[EventIn], Body(min_length=1, max_length=MAX_EVENTS_PER_REQUEST)],
+        # Chosen by the body's shape, so a list is validated only as a list: a bad item's error names
+        # its index, not also "EventIn: should be an object" from the branch the caller did not mean.
+        Annotated[
+            Annotated[EventIn, Tag(SHAPE_TAG_PREFIX + "one")]
+            | Annotated[
+                list[EventIn],
+                Body(min_length=1, max_length=MAX_EVENTS_PER_REQUEST),
+                Tag(SHAPE_TAG_PREFIX + "batch"),
+            ],
+            Discriminator(_event_body_shape),
+        ],
         Body(
             openapi_examples={
                 "one": {"summary": "one event", "value": EVENT_EXAMPLE},

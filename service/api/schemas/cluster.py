@@ -13,7 +13,7 @@ from service.api.schemas.common import (
     ApiModel,
     CustomAccelerator,
 )
-from service.api.schemas.fields import MAX_DEVICES, Bandwidth
+from service.api.schemas.fields import MAX_DEVICES, Bandwidth, Text
 from service.api.schemas.rules import exactly_one, states
 
 
@@ -21,7 +21,7 @@ from service.api.schemas.rules import exactly_one, states
 class AcceleratorIn(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id or a framework device name) or ``custom``."""
 
-    accelerator: str | None = Field(default=None, min_length=1, max_length=100)
+    accelerator: Text | None = Field(default=None, min_length=1, max_length=100)
     custom: CustomAccelerator | None = None
 
     @model_validator(mode="after")
@@ -36,7 +36,7 @@ class ClusterIn(ApiModel):
     """The devices the job runs on: an accelerator (catalog id, device name, or ``custom``), how many,
     how many per node, and the scale-out bandwidth."""
 
-    accelerator: str | None = Field(
+    accelerator: Text | None = Field(
         default=None, min_length=1, max_length=100, description="catalog id or framework device name"
     )
     custom: CustomAccelerator | None = None

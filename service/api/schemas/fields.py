@@ -78,9 +78,11 @@ def _representable_in_utc(value: datetime) -> datetime:
     try:
         value.astimezone(UTC)
     except OverflowError:
-        raise ValueError(
+        # A rule the schema states in words only (JSON Schema's date-time cannot bound the year in UTC).
+        raise PydanticCustomError(
+            RULE_IN_DESCRIPTION,
             "this time falls outside years 1-9999 once converted to UTC; give a time between "
-            "0001-01-02 and 9999-12-30"
+            "0001-01-02 and 9999-12-30",
         ) from None
     return value
 
