@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
-from typing import Literal, get_args
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Literal, get_args
 
 from service.domain.errors import InvalidInput
 from service.domain.flops import RECOMPUTE_MODES, Recompute
@@ -241,3 +242,72 @@ def stage_layer_counts(
         )
     middle = -(-rest // middles) if middles else max(first, last)
     return first, middle, last
+
+
+# --------------------------------------------------------------------------------------------------
+# The layout as the API names it: one mapping for a request's ``layout`` and a run's ``parallelism``
+
+#: PyTorch FSDP's ShardingStrategy names and the ZeRO stage each one is (torch.distributed.fsdp:
+#: NO_SHARD replicates like DDP, SHARD_GRAD_OP shards gradients and optimizer state, FULL_SHARD also the
+#: weights; Rajbhandari et al. 2020 number the same three steps ZeRO-1/2/3, NO_SHARD being stage 0).
+FSDP_ZERO_STAGES: dict[str, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}
+
+#: The knobs the API adds to :class:`ParallelLayout`'s fields, which it resolves into them.
+API_ONLY_KNOBS = ("distributed_optimizer",)
+
+
+def layout_from_knobs(knobs: Mapping[str, Any]) -> ParallelLayout:
+    """The domain layout of the API's layout knobs (a request's ``layout``, a run's ``parallelism``):
+    an FSDP sharding name is its ZeRO stage; ``distributed_optimizer`` (Megatron-LM's
+    ``--use-distributed-optimizer``) is ZeRO-1 with fp32 gradient accumulation; unset
+    ``sequence_parallel`` is on whenever tp > 1 (Megatron-LM's recommended setting, Korthikanti et al.
+    2022) and unset ``fp32_grad_accumulation`` follows the distributed optimizer. Other knobs left out
+    take :class:`ParallelLayout`'s defaults."""
+    given = {name: value for name, value in knobs.items() if value is not None}
+    distributed_optimizer = bool(given.pop("distributed_optimizer", False))
+    zero_stage = given.pop("zero_stage", 0)
+    if isinstance(zero_stage, str):
+        zero_stage = FSDP_ZERO_STAGES.get(zero_stage, zero_stage)
+    if distributed_optimizer:
+        zero_stage = 1
+    given.setdefault("fp32_grad_accumulation", distributed_optimizer)
+    given.setdefault("sequence_parallel", given.get("tp", 1) > 1)
+    return ParallelLayout(**given, zero_stage=zero_stage)
+
+
+def layout_knobs(layout: ParallelLayout) -> dict[str, Any]:
+    """The API's knobs of a domain layout, every one resolved (the inverse of :func:`layout_from_knobs`):
+    ``distributed_optimizer`` is true exactly for ZeRO-1 with fp32 gradients, which is what it is."""
+    knobs = {f.name: getattr(layout, f.name) for f in fields(ParallelLayout)}
+    knobs["distributed_optimizer"] = layout.zero_stage == 1 and layout.fp32_grad_accumulation
+    return knobs
+
+
+#: Every knob's value when nothing says otherwise (ParallelLayout's defaults; sequence parallelism and
+#: fp32 gradients as :func:`layout_from_knobs` resolves them for a layout that does not give them).
+_DEFAULT_KNOBS: dict[str, Any] = {
+    f.name: f.default for f in fields(ParallelLayout) if f.default is not MISSING
+} | {"distributed_optimizer": False}
+
+
+def with_current_names(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """A run layout in today's knob names. Until 2026-12 a run's ``parallelism`` had names of its own:
+    ``virtual_pipeline_stages`` (null for 1) for ``virtual_stages``, and ``fsdp: true``, which made a
+    ZeRO stage of 0 stage 3 (FSDP's default FULL_SHARD) and left any other stage as given. Old clients
+    still send them and rows stored before then hold them."""
+    current = {
+        name: value for name, value in knobs.items() if name not in ("virtual_pipeline_stages", "fsdp")
+    }
+    if knobs.get("virtual_pipeline_stages") is not None:
+        current["virtual_stages"] = knobs["virtual_pipeline_stages"]
+    if knobs.get("fsdp") and current.get("zero_stage") in (None, 0):
+        current["zero_stage"] = 3
+    return current
+
+
+def stored_layout_knobs(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """Every knob of a run's stored ``parallelism``, in today's names. Rows written before the runs took
+    the performance endpoints' layout hold eleven knobs (tp, pp, dp, cp, ep, micro-batch, interleaving,
+    sequence parallelism, ZeRO stage, FSDP, recompute); the others read as their defaults, which is
+    what those runs were predicted with. A micro-batch not recorded is unknown (None)."""
+    return _DEFAULT_KNOBS | {"micro_batch_sequences": None} | with_current_names(stored)

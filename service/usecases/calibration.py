@@ -38,7 +38,7 @@ from service.domain.errors import DomainError
 from service.domain.flops import Convention
 from service.domain.hardware import Accelerator, Precision
 from service.domain.hardware_behaviour import Calibration
-from service.domain.memory import ParallelLayout
+from service.domain.parallel_layout import layout_from_knobs, stored_layout_knobs
 from service.domain.performance import Cluster, PredictionInputs, fit_calibration
 from service.domain.run import stored_accelerator, stored_model
 from service.store import calibration_observations as calibration_observations_store
@@ -67,8 +67,9 @@ STORED_RUN_ASSUMPTIONS = (
     "GPU): runs do not record their network",
     "FlashAttention on; data-parallel and pipeline communication overlapped with compute, tensor-parallel "
     "not; mixed-precision Adam; dropout on (the defaults of POST /v1/predictions/step)",
-    "fsdp without a zero_stage is ZeRO-3 (full shard); no distributed optimizer (fp32 gradient "
-    "accumulation is not recorded)",
+    "runs recorded before 2026-12 kept eleven layout knobs (tp, pp, dp, cp, ep, micro-batch, interleaving, "
+    "sequence parallelism, ZeRO stage, FSDP, recompute): the others take the defaults of "
+    "POST /v1/predictions/step, and fsdp without a zero_stage is ZeRO-3 (full shard)",
 )
 
 
@@ -93,7 +94,7 @@ def stored_run_inputs(
     parallelism and global batch as given, dp resolved), under the run's own FLOPs convention so that
     predicted and measured MFU count the same FLOPs. What runs do not record takes the defaults in
     :data:`STORED_RUN_ASSUMPTIONS`."""
-    layout = spec.get("parallelism") or {}
+    layout = stored_layout_knobs(spec.get("parallelism") or {})
     batch = spec.get("global_batch_sequences")
     missing = []
     if layout.get("micro_batch_sequences") is None:
@@ -107,21 +108,7 @@ def stored_run_inputs(
     try:
         model = stored_model(spec)
         accelerator = stored_accelerator(spec)
-        zero_stage = int(layout.get("zero_stage") or 0)
-        if layout.get("fsdp") and zero_stage == 0:
-            zero_stage = 3
-        domain_layout = ParallelLayout(
-            tp=layout["tp"],
-            pp=layout["pp"],
-            dp=layout["dp"],
-            cp=layout["cp"],
-            ep=layout["ep"],
-            virtual_stages=layout.get("virtual_pipeline_stages") or 1,
-            micro_batch_sequences=layout["micro_batch_sequences"],
-            sequence_parallel=bool(layout.get("sequence_parallel")),
-            zero_stage=zero_stage,
-            recompute=layout.get("recompute") or "none",
-        )
+        domain_layout = layout_from_knobs(layout)
         inputs = PredictionInputs(
             model,
             seq_len_tokens,

@@ -1088,38 +1088,6 @@ class OptimizerRead(TypedDict, total=False):
     source: Required[str]
 
 
-class ParallelLayout(TypedDict, total=False):
-    """How the job is split. ``dp`` may be omitted: it is then devices ÷ (tp·pp·cp). Devices ="""
-
-    tp: int
-    pp: int
-    dp: int | None
-    cp: int
-    ep: int
-    micro_batch_sequences: int | None
-    virtual_pipeline_stages: int | None
-    sequence_parallel: bool
-    zero_stage: int
-    fsdp: bool
-    recompute: Literal["none", "selective", "full"]
-
-
-class ParallelLayoutRead(TypedDict, total=False):
-    """ParallelLayoutRead"""
-
-    tp: Required[int]
-    pp: Required[int]
-    dp: Required[int]
-    cp: Required[int]
-    ep: Required[int]
-    micro_batch_sequences: Required[int | None]
-    virtual_pipeline_stages: Required[int | None]
-    sequence_parallel: Required[bool]
-    zero_stage: Required[int]
-    fsdp: Required[bool]
-    recompute: Required[Literal["none", "selective", "full"]]
-
-
 class Phase(TypedDict, total=False):
     """What an instant of allocated time was spent on."""
 
@@ -1411,7 +1379,7 @@ class RunCreate(TypedDict, total=False):
     seq_len_tokens: Required[int]
     global_batch_tokens: int | None
     global_batch_sequences: int | None
-    parallelism: ParallelLayout
+    parallelism: RunLayoutIn
     framework: str | None
     cluster: str | None
     scheduler_job_id: str | None
@@ -1460,6 +1428,76 @@ class RunGoodputSummary(TypedDict, total=False):
     effective_mfu: Required[float | None]
     badput: Required[list[BadputItem]]
     link: Required[str]
+
+
+class RunLayoutIn(TypedDict, total=False):
+    """A run's layout: the knobs of the performance endpoints' ``layout``, so a run's ``parallelism``"""
+
+    tp: int
+    pp: int
+    virtual_stages: int
+    dp: int | None
+    cp: int
+    ep: int
+    micro_batch_sequences: int | None
+    sequence_parallel: bool | None
+    zero_stage: int | Literal["no_shard", "shard_grad_op", "full_shard"]
+    distributed_optimizer: bool
+    fp32_grad_accumulation: bool | None
+    recompute: Literal["none", "selective", "full"]
+    flash_attention: bool
+    overlap_tp_comm: bool
+    overlap_dp_comm: bool
+    overlap_pp_comm: bool
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    recompute_every_k_layers: int
+    selective_policy: Literal["attention_core", "per_op"]
+    reshard_after_forward: bool
+    regather_for_recompute: bool
+    zero3_gather_unit: Literal["layer", "module"]
+    shard_group_size: int | None
+    pooled_nic_collectives: bool
+    overlap_ep_comm: bool
+    expert_load_imbalance: float
+    attention_kernel: Literal["best", "flash2", "triton"]
+    fused_elementwise: bool
+    virtual_pipeline_stages: int | None
+    fsdp: bool | None
+
+
+class RunLayoutRead(TypedDict, total=False):
+    """A run's layout as stored, every default resolved, in the knob names of ``layout`` elsewhere."""
+
+    tp: Required[int]
+    pp: Required[int]
+    virtual_stages: Required[int]
+    dp: Required[int]
+    cp: Required[int]
+    ep: Required[int]
+    micro_batch_sequences: Required[int | None]
+    sequence_parallel: Required[bool]
+    zero_stage: Required[int]
+    distributed_optimizer: Required[bool]
+    fp32_grad_accumulation: Required[bool]
+    recompute: Required[Literal["none", "selective", "full"]]
+    flash_attention: Required[bool]
+    overlap_tp_comm: Required[bool]
+    overlap_dp_comm: Required[bool]
+    overlap_pp_comm: Required[bool]
+    first_stage_layers: Required[int | None]
+    last_stage_layers: Required[int | None]
+    recompute_every_k_layers: Required[int]
+    selective_policy: Required[Literal["attention_core", "per_op"]]
+    reshard_after_forward: Required[bool]
+    regather_for_recompute: Required[bool]
+    zero3_gather_unit: Required[Literal["layer", "module"]]
+    shard_group_size: Required[int | None]
+    pooled_nic_collectives: Required[bool]
+    overlap_ep_comm: Required[bool]
+    expert_load_imbalance: Required[float]
+    attention_kernel: Required[Literal["best", "flash2", "triton"]]
+    fused_elementwise: Required[bool]
 
 
 class RunLinks(TypedDict, total=False):
@@ -1544,7 +1582,7 @@ class RunRead(TypedDict, total=False):
     seq_len_tokens: Required[int]
     global_batch_tokens: Required[int]
     global_batch_sequences: Required[int | None]
-    parallelism: Required[ParallelLayoutRead]
+    parallelism: Required[RunLayoutRead]
     framework: Required[str | None]
     cluster: Required[str | None]
     scheduler_job_id: Required[str | None]

@@ -12,12 +12,13 @@ from typing import TypeVar
 from service.api.resolve import resolve_accelerator, with_field_prefix
 from service.api.schemas.cluster import AcceleratorUsedRead
 from service.api.schemas.common import CustomAccelerator, HardwareRef
-from service.api.schemas.fields import ZERO_ALIASES, OptimizerName
+from service.api.schemas.fields import OptimizerName
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.memory import MemoryRead, MemoryRequest, MemorySummaryRead, OptimizerRead
 from service.domain import memory as mem
 from service.domain.hardware import Accelerator, Precision
 from service.domain.models import ModelSpec
+from service.domain.parallel_layout import FSDP_ZERO_STAGES, layout_from_knobs, layout_knobs
 
 T = TypeVar("T")
 
@@ -37,86 +38,14 @@ def in_request(
 
 
 def domain_layout(layout: LayoutIn, *, field: str = "body.layout") -> mem.ParallelLayout:
-    """The domain layout of a request's ``layout``: FSDP names → ZeRO stage, the distributed optimizer →
-    ZeRO-1 with fp32 gradients, sequence parallelism on whenever tp > 1 unless said otherwise."""
-    zero = ZERO_ALIASES[layout.zero_stage] if isinstance(layout.zero_stage, str) else layout.zero_stage
-    if layout.distributed_optimizer:
-        zero = 1
-    fp32_grads = (
-        layout.distributed_optimizer
-        if layout.fp32_grad_accumulation is None
-        else layout.fp32_grad_accumulation
-    )
-    sequence_parallel = layout.tp > 1 if layout.sequence_parallel is None else layout.sequence_parallel
-    return in_request(
-        lambda: mem.ParallelLayout(
-            tp=layout.tp,
-            pp=layout.pp,
-            dp=layout.dp,
-            cp=layout.cp,
-            ep=layout.ep,
-            virtual_stages=layout.virtual_stages,
-            micro_batch_sequences=layout.micro_batch_sequences,
-            sequence_parallel=sequence_parallel,
-            zero_stage=zero,
-            recompute=layout.recompute,
-            flash_attention=layout.flash_attention,
-            fp32_grad_accumulation=fp32_grads,
-            overlap_tp_comm=layout.overlap_tp_comm,
-            overlap_dp_comm=layout.overlap_dp_comm,
-            overlap_pp_comm=layout.overlap_pp_comm,
-            first_stage_layers=layout.first_stage_layers,
-            last_stage_layers=layout.last_stage_layers,
-            recompute_every_k_layers=layout.recompute_every_k_layers,
-            selective_policy=layout.selective_policy,
-            reshard_after_forward=layout.reshard_after_forward,
-            regather_for_recompute=layout.regather_for_recompute,
-            zero3_gather_unit=layout.zero3_gather_unit,
-            shard_group_size=layout.shard_group_size,
-            pooled_nic_collectives=layout.pooled_nic_collectives,
-            overlap_ep_comm=layout.overlap_ep_comm,
-            expert_load_imbalance=layout.expert_load_imbalance,
-            attention_kernel=layout.attention_kernel,
-            fused_elementwise=layout.fused_elementwise,
-        ),
-        layout=field,
-    )
+    """The domain layout of a request's ``layout`` (the one mapping, :func:`layout_from_knobs`), a
+    domain error named at ``field``."""
+    return in_request(lambda: layout_from_knobs(layout.model_dump(exclude_none=True)), layout=field)
 
 
 def layout_read(layout: mem.ParallelLayout) -> LayoutRead:
-    """The layout as answered (the same fields a request's ``layout`` takes, every default resolved);
-    ``distributed_optimizer`` is true exactly for ZeRO-1 with fp32 gradients, which is what it means."""
-    return LayoutRead(
-        tp=layout.tp,
-        pp=layout.pp,
-        virtual_stages=layout.virtual_stages,
-        dp=layout.dp,
-        cp=layout.cp,
-        ep=layout.ep,
-        micro_batch_sequences=layout.micro_batch_sequences,
-        sequence_parallel=layout.sequence_parallel,
-        zero_stage=layout.zero_stage,
-        distributed_optimizer=layout.zero_stage == 1 and layout.fp32_grad_accumulation,
-        fp32_grad_accumulation=layout.fp32_grad_accumulation,
-        recompute=layout.recompute,
-        flash_attention=layout.flash_attention,
-        overlap_tp_comm=layout.overlap_tp_comm,
-        overlap_dp_comm=layout.overlap_dp_comm,
-        overlap_pp_comm=layout.overlap_pp_comm,
-        first_stage_layers=layout.first_stage_layers,
-        last_stage_layers=layout.last_stage_layers,
-        recompute_every_k_layers=layout.recompute_every_k_layers,
-        selective_policy=layout.selective_policy,
-        reshard_after_forward=layout.reshard_after_forward,
-        regather_for_recompute=layout.regather_for_recompute,
-        zero3_gather_unit=layout.zero3_gather_unit,
-        shard_group_size=layout.shard_group_size,
-        pooled_nic_collectives=layout.pooled_nic_collectives,
-        overlap_ep_comm=layout.overlap_ep_comm,
-        expert_load_imbalance=layout.expert_load_imbalance,
-        attention_kernel=layout.attention_kernel,
-        fused_elementwise=layout.fused_elementwise,
-    )
+    """The layout as answered (the same fields a request's ``layout`` takes, every default resolved)."""
+    return LayoutRead(**layout_knobs(layout))
 
 
 def layout_assumptions(given: LayoutIn) -> list[str]:
@@ -124,7 +53,9 @@ def layout_assumptions(given: LayoutIn) -> list[str]:
     if given.sequence_parallel is None and given.tp > 1:
         notes.append("sequence_parallel: on (the default whenever tp > 1)")
     if isinstance(given.zero_stage, str):
-        notes.append(f"zero_stage {given.zero_stage!r} (FSDP) = ZeRO stage {ZERO_ALIASES[given.zero_stage]}")
+        notes.append(
+            f"zero_stage {given.zero_stage!r} (FSDP) = ZeRO stage {FSDP_ZERO_STAGES[given.zero_stage]}"
+        )
     if given.distributed_optimizer:
         notes.append(
             "distributed optimizer: ZeRO stage 1 over dp·cp with fp32 gradients (6 + 12/d bytes/param)"

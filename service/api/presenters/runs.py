@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from service.api.schemas.common import ConventionName, PrecisionName
+from service.api.schemas.layout import RunLayoutRead
 from service.api.schemas.runs import (
     RunLinks,
     RunParameterCountsRead,
@@ -14,6 +15,7 @@ from service.api.schemas.runs import (
     SizeClassName,
 )
 from service.domain import economics
+from service.domain.parallel_layout import stored_layout_knobs
 from service.store import records as records_store
 from service.usecases.efficiency import budget_of
 
@@ -64,7 +66,7 @@ def run_read(run: records_store.RunRecord) -> RunRead:
         seq_len_tokens=run.seq_len_tokens,
         global_batch_tokens=run.global_batch_tokens,
         global_batch_sequences=spec.get("global_batch_sequences"),
-        parallelism=spec["parallelism"],
+        parallelism=RunLayoutRead(**stored_layout_knobs(spec["parallelism"])),
         framework=run.framework,
         cluster=run.cluster,
         scheduler_job_id=run.scheduler_job_id,

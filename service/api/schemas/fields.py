@@ -116,9 +116,8 @@ MAX_DEVICES = 1_048_576
 MAX_GLOBAL_BATCH_SEQUENCES = 16_777_216
 
 OptimizerName = Literal["adam", "adam_mixed", "adam_fp32", "sgd_momentum", "adafactor", "adam_8bit"]
+#: PyTorch FSDP ShardingStrategy names (their ZeRO stages: service.domain.parallel_layout.FSDP_ZERO_STAGES).
 ZeroStageAlias = Literal["no_shard", "shard_grad_op", "full_shard"]
-#: PyTorch FSDP ShardingStrategy names → ZeRO stage.
-ZERO_ALIASES: dict[str, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}
 
 #: The domain's layout options (service.domain.memory: SELECTIVE_POLICIES, GATHER_UNITS, ATTENTION_KERNELS).
 SelectivePolicyName = Literal["attention_core", "per_op"]

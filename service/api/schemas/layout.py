@@ -5,9 +5,16 @@ One layout shape (:class:`LayoutIn`) serves ``/v1/memory``, ``/v1/predictions/st
 :class:`LayoutRead` has the same fields with the defaults resolved, so an answer's layout can be posted
 back as is. The field names are those of :class:`service.domain.memory.ParallelLayout`, so a domain
 error's ``field`` is re-rooted to ``body.layout.<name>``.
+
+A run's ``parallelism`` (``POST /v1/runs``) is the same layout (:class:`RunLayoutIn`): ``dp`` may be
+left to the device count and the micro-batch left unknown, and the names runs had before
+(``virtual_pipeline_stages``, ``fsdp``) are still read. Both go to the domain through one mapping,
+:func:`service.domain.parallel_layout.layout_from_knobs`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import (
     ConfigDict,
@@ -30,8 +37,17 @@ from service.api.schemas.fields import (
     ZeroStage,
     ZeroStageAlias,
 )
-from service.api.schemas.rules import RULE_IN_DESCRIPTION, equals, implies, inside, needs_at_least, states
+from service.api.schemas.rules import (
+    RULE_IN_DESCRIPTION,
+    equals,
+    implies,
+    inside,
+    needs_at_least,
+    not_both,
+    states,
+)
 from service.api.schemas.schedules import field_error
+from service.domain.parallel_layout import with_current_names
 
 
 @states(
@@ -190,8 +206,10 @@ class LayoutIn(ApiModel):
 
     @model_validator(mode="after")
     def _shard_group_divides_dp(self) -> LayoutIn:
+        if self.shard_group_size is None or self.dp is None:  # a run's dp: checked once resolved
+            return self
         ranks = self.dp * self.cp
-        if self.shard_group_size is not None and ranks % self.shard_group_size:
+        if ranks % self.shard_group_size:
             raise field_error(
                 "shard_group_size",
                 f"shard_group_size ({self.shard_group_size}) must divide dp·cp ({ranks}): hybrid sharding "
@@ -249,3 +267,71 @@ class LayoutRead(ApiModel):
     expert_load_imbalance: float
     attention_kernel: AttentionKernelName
     fused_elementwise: bool
+
+
+@states(
+    not_both("virtual_pipeline_stages", "virtual_stages"),
+    implies(
+        {
+            "required": ["virtual_pipeline_stages"],
+            "properties": {"virtual_pipeline_stages": {"type": "integer", "minimum": 2}},
+        },
+        {"required": ["pp"], "properties": {"pp": {"minimum": 2}}},
+    ),
+)
+class RunLayoutIn(LayoutIn):
+    """A run's layout: the knobs of the performance endpoints' ``layout``, so a run's ``parallelism``
+    can be posted to ``/v1/predictions/step`` or ``/v1/memory`` as it is, and back. ``dp`` may be omitted
+    (devices ÷ tp·pp·cp) and ``micro_batch_sequences`` left unknown (predictions of the run then say
+    it is missing). ``virtual_pipeline_stages`` and ``fsdp`` are the names runs had before; they are
+    read as ``virtual_stages`` and as ``zero_stage`` 3 (when no other stage is given) and answered in
+    today's names."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"tp": 2, "pp": 1, "micro_batch_sequences": 2, "zero_stage": 1}]}
+    )
+
+    dp: DataParallelSize | None = Field(  # type: ignore[assignment]
+        default=None, description="data-parallel size (default: what the devices leave, devices ÷ tp·pp·cp)"
+    )
+    micro_batch_sequences: MicroBatch | None = Field(  # type: ignore[assignment]
+        default=None, description="sequences per micro-batch (needed to predict the run's step)"
+    )
+    virtual_pipeline_stages: ParallelSize | None = Field(
+        default=None,
+        description="deprecated: the old name of virtual_stages (give one of the two)",
+        json_schema_extra={"deprecated": True},
+    )
+    fsdp: bool | None = Field(
+        default=None,
+        description="deprecated: true is PyTorch FSDP's FULL_SHARD, zero_stage 3 when zero_stage is 0 or "
+        "absent; say zero_stage full_shard, shard_grad_op or no_shard instead",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="after")
+    def _old_names(self) -> RunLayoutIn:
+        if self.virtual_pipeline_stages is not None and "virtual_stages" in self.model_fields_set:
+            raise field_error(
+                "virtual_pipeline_stages",
+                "virtual_pipeline_stages is the old name of virtual_stages: give only virtual_stages",
+            )
+        if self.virtual_pipeline_stages is not None and self.virtual_pipeline_stages > 1 and self.pp == 1:
+            raise field_error(
+                "virtual_pipeline_stages", "virtual_pipeline_stages > 1 needs pipeline parallelism (pp > 1)"
+            )
+        return self
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs in today's names (the old ones folded in); null ones (dp, the micro-batch) absent."""
+        return with_current_names(self.model_dump(exclude_none=True))
+
+
+class RunLayoutRead(LayoutRead):
+    """A run's layout as stored, every default resolved, in the knob names of ``layout`` elsewhere.
+    Runs recorded before their layout took these names (2026-12) show the knobs they did not record at
+    their defaults."""
+
+    micro_batch_sequences: int | None = Field(  # type: ignore[assignment]
+        description="sequences per micro-batch; null: the run did not say"
+    )

@@ -20,16 +20,13 @@ from service.api.schemas.common import (
     HardwareRef,
     ModelRef,
     PrecisionName,
-    RecomputeName,
 )
 from service.api.schemas.fields import Text, UtcDatetime
 from service.api.schemas.goodput import RunGoodputSummary
-from service.api.schemas.layout import LayoutRead
+from service.api.schemas.layout import LayoutRead, RunLayoutIn, RunLayoutRead
 from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.rules import (
-    equals,
     exactly_one,
-    implies,
     not_both,
     only_with,
     states,
@@ -56,7 +53,6 @@ Tag = Annotated[
     AfterValidator(lambda tag: tag.strip(_WHITESPACE)),
 ]
 MAX_TAGS = 50
-Layout = Annotated[int, Field(ge=1, le=1_000_000)]
 
 _CREATE_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "llama3-8b"},
@@ -73,49 +69,6 @@ _CREATE_EXAMPLE: dict[str, Any] = {
     "token_budget_tokens": 1000000000000,
     "price_per_device_hour": 2.5,
 }
-
-
-@states(
-    implies(
-        {
-            "required": ["virtual_pipeline_stages"],
-            "properties": {"virtual_pipeline_stages": {"type": "integer", "minimum": 2}},
-        },
-        {"required": ["pp"], "properties": {"pp": {"minimum": 2}}},
-    ),
-    implies(equals("sequence_parallel", True), {"required": ["tp"], "properties": {"tp": {"minimum": 2}}}),
-)
-class ParallelLayout(ApiModel):
-    """How the job is split. ``dp`` may be omitted: it is then devices ÷ (tp·pp·cp). Devices =
-    tp·pp·cp·dp; expert parallelism (``ep``) works within data × context parallelism."""
-
-    tp: Layout = Field(default=1, description="tensor parallel size")
-    pp: Layout = Field(default=1, description="pipeline parallel size")
-    dp: Layout | None = Field(
-        default=None, description="data parallel size (default: what the devices leave)"
-    )
-    cp: Layout = Field(default=1, description="context (sequence-dimension) parallel size")
-    ep: Layout = Field(default=1, description="expert parallel size (MoE)")
-    micro_batch_sequences: Layout | None = Field(default=None, description="sequences per micro-batch")
-    virtual_pipeline_stages: Layout | None = Field(
-        default=None, description="interleaved pipeline: model chunks per pipeline rank (needs pp > 1)"
-    )
-    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1)")
-    zero_stage: Annotated[int, Field(ge=0, le=3)] = Field(
-        default=0, description="ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters sharded"
-    )
-    fsdp: bool = Field(default=False, description="PyTorch FSDP (full sharding is ZeRO-3's equivalent)")
-    recompute: RecomputeName = Field(
-        default="none", description="activation recomputation: counted in HFU, never in MFU"
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ParallelLayout:
-        if self.virtual_pipeline_stages is not None and self.virtual_pipeline_stages > 1 and self.pp == 1:
-            raise ValueError("virtual_pipeline_stages > 1 needs pipeline parallelism (pp > 1)")
-        if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tensor parallelism (tp > 1)")
-        return self
 
 
 @states(
@@ -138,7 +91,11 @@ class RunCreate(ApiModel):
     global_batch_sequences: Annotated[int, Field(gt=0, le=10**9)] | None = Field(
         default=None, description="sequences per optimizer step (tokens = sequences × seq_len_tokens)"
     )
-    parallelism: ParallelLayout = Field(default_factory=ParallelLayout)
+    parallelism: RunLayoutIn = Field(
+        default_factory=RunLayoutIn,
+        description="how the job is split: the knobs of the performance endpoints' layout (dp may be left "
+        "to the device count)",
+    )
     framework: Text | None = Field(default=None, max_length=100, examples=["megatron-lm 0.9"])
     cluster: Text | None = Field(default=None, min_length=1, max_length=200)
     scheduler_job_id: Text | None = Field(
@@ -169,20 +126,6 @@ class RunCreate(ApiModel):
         if self.attempt is not None and self.scheduler_job_id is None:
             raise ValueError("attempt goes with scheduler_job_id")
         return self
-
-
-class ParallelLayoutRead(ApiModel):
-    tp: int
-    pp: int
-    dp: int
-    cp: int
-    ep: int
-    micro_batch_sequences: int | None
-    virtual_pipeline_stages: int | None
-    sequence_parallel: bool
-    zero_stage: int
-    fsdp: bool
-    recompute: RecomputeName
 
 
 class RunParameterCountsRead(ApiModel):
@@ -234,7 +177,7 @@ class RunRead(ApiModel):
     seq_len_tokens: int
     global_batch_tokens: int
     global_batch_sequences: int | None
-    parallelism: ParallelLayoutRead
+    parallelism: RunLayoutRead
     framework: str | None
     cluster: str | None
     scheduler_job_id: str | None

@@ -8,21 +8,22 @@ from sqlalchemy import Connection
 
 from service.api.presenters.runs import budget_outlook
 from service.api.problems import NOT_FOUND, ProblemError
+from service.api.schemas.layout import RunLayoutRead
 from service.api.schemas.runs import (
-    ParallelLayoutRead,
     RunCompareRequest,
     RunComparison,
     RunComparisonItem,
     RunStatus,
 )
 from service.domain import economics, hardware
+from service.domain.parallel_layout import stored_layout_knobs
 from service.store import records as records_store
 from service.store import runs as store
 from service.store.keys import Principal
 
 
 def _configuration(run: records_store.RunRecord) -> dict[str, Any]:
-    layout = run.spec["parallelism"]
+    layout = stored_layout_knobs(run.spec["parallelism"])
     return {
         "model_name": run.model_name,
         "parameters_total": run.parameters_total,
@@ -34,7 +35,7 @@ def _configuration(run: records_store.RunRecord) -> dict[str, Any]:
         "peak_tflops_per_device": run.peak_tflops_per_device,
         "seq_len_tokens": run.seq_len_tokens,
         "global_batch_tokens": run.global_batch_tokens,
-        **{f"parallelism.{name}": layout.get(name) for name in ParallelLayoutRead.model_fields},
+        **{f"parallelism.{name}": layout.get(name) for name in RunLayoutRead.model_fields},
         "framework": run.framework,
         "cluster": run.cluster,
         "convention": run.convention,

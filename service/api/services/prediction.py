@@ -50,7 +50,7 @@ WHAT_TO_TRY: dict[BreakdownComponentName, str] = {
     "per step, or a faster scale-out network",
     "exposed_pipeline_p2p": "pipeline sends on their own stream, or fewer stages",
     "pipeline_bubble": "more micro-batches per step (a larger global batch or a smaller micro-batch), "
-    "interleaving (virtual_pipeline_stages), or fewer stages",
+    "interleaving (virtual_stages), or fewer stages",
     "recompute": "selective instead of full recomputation, or none, where memory allows",
     "optimizer_step": "more tokens per step to amortise it, or a sharded optimizer state (ZeRO-1)",
     "kernel_overhead": "a larger micro-batch, or CUDA graphs",

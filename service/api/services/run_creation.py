@@ -21,15 +21,23 @@ import orjson
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from service.api.presenters.memory import in_request
 from service.api.presenters.runs import run_read
 from service.api.problems import CONFLICT, IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_MISMATCH, ProblemError
 from service.api.resolve import resolve_accelerator, resolve_model, with_field_prefix
 from service.api.schemas.common import ModelRef
-from service.api.schemas.runs import ParallelLayout, ParallelLayoutRead, RunCreate
+from service.api.schemas.layout import RunLayoutIn, RunLayoutRead
+from service.api.schemas.runs import RunCreate
 from service.api.services.runs import now_utc
 from service.domain import fleet, hardware, models
 from service.domain.errors import InvalidInput
 from service.domain.flops import flops_per_token
+from service.domain.parallel_layout import (
+    ParallelLayout,
+    check_layout_for_model,
+    layout_from_knobs,
+    layout_knobs,
+)
 from service.domain.run import global_batch
 from service.store import idempotency as idempotency_store
 from service.store import records as records_store
@@ -58,8 +66,12 @@ def _model_name(ref: ModelRef, spec: models.ModelSpec) -> str:
     return spec.name
 
 
-def _resolve_layout(layout: ParallelLayout, device_count: int) -> ParallelLayoutRead:
-    """Devices = tp·pp·cp·dp (dp inferred when omitted); ep must divide the devices."""
+def _resolve_layout(
+    layout: RunLayoutIn, device_count: int, model: models.ModelSpec, seq_len_tokens: int
+) -> RunLayoutRead:
+    """Devices = tp·pp·cp·dp (dp inferred when omitted); then the layout must be one the domain can
+    run (:func:`layout_from_knobs`, :func:`check_layout_for_model`: what predictions of the run need)."""
+    knobs = layout.knobs()
     model_parallel = layout.tp * layout.pp * layout.cp
     if layout.dp is None:
         if device_count % model_parallel:
@@ -68,22 +80,27 @@ def _resolve_layout(layout: ParallelLayout, device_count: int) -> ParallelLayout
                 "give a layout whose product divides the devices, or the device count the job uses.",
                 field="body.parallelism",
             )
-        dp = device_count // model_parallel
-    else:
-        dp = layout.dp
-        if model_parallel * dp != device_count:
-            raise InvalidInput(
-                f"tp·pp·cp·dp = {model_parallel * dp} but hardware.count = {device_count}: the layout "
-                "must use every device (omit dp to have it inferred).",
-                field="body.parallelism.dp",
-            )
-    if device_count % layout.ep:
+        knobs["dp"] = device_count // model_parallel
+    elif model_parallel * layout.dp != device_count:
         raise InvalidInput(
-            f"ep = {layout.ep} does not divide hardware.count = {device_count}.", field="body.parallelism.ep"
+            f"tp·pp·cp·dp = {model_parallel * layout.dp} but hardware.count = {device_count}: the layout "
+            "must use every device (omit dp to have it inferred).",
+            field="body.parallelism.dp",
         )
-    values = layout.model_dump()
-    values["dp"] = dp
-    return ParallelLayoutRead(**values)
+    # An unknown micro-batch is stored as such; any value stands in for it in the checks.
+    micro_batch = knobs.pop("micro_batch_sequences", None)
+    resolved = in_request(
+        lambda: _checked(
+            layout_from_knobs({**knobs, "micro_batch_sequences": micro_batch or 1}), model, seq_len_tokens
+        ),
+        layout="body.parallelism",
+    )
+    return RunLayoutRead(**{**layout_knobs(resolved), "micro_batch_sequences": micro_batch})
+
+
+def _checked(layout: ParallelLayout, model: models.ModelSpec, seq_len_tokens: int) -> ParallelLayout:
+    check_layout_for_model(model, seq_len_tokens, layout)
+    return layout
 
 
 def prepare_run(request: RunCreate, *, now: datetime) -> PreparedRun:
@@ -97,7 +114,7 @@ def _prepare_run(request: RunCreate, *, now: datetime) -> PreparedRun:
     spec = resolve_model(request.model)
     accelerator = resolve_accelerator(request.hardware)
     count = request.hardware.count
-    layout = _resolve_layout(request.parallelism, count)
+    layout = _resolve_layout(request.parallelism, count, spec, request.seq_len_tokens)
     seq_len = request.seq_len_tokens
     flops = flops_per_token(spec, seq_len, convention=request.convention, recompute=layout.recompute)
     peak_tflops = hardware.peak_flops(accelerator, request.precision) / hardware.TERA
