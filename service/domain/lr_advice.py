@@ -19,9 +19,11 @@ logs is the natural centre), range = [min, max] of the applicable rules. When no
 the geometric mean of all computed values, flagged. A rule leaving its range changes the set being
 averaged, which could make the answer jump up with size (Kaplan's fit dropping out at 1e10 did:
 1.06e-4 at 10B, 1.94e-4 at 15B). All three sources agree that the peak LR falls as models grow, so
-the recommendation is capped by the one for every smaller model at the same token budget
-(evaluated on a log grid from 1e6 parameters, :data:`ENVELOPE_POINTS_PER_DECADE` per decade): it is
-monotonic non-increasing in model size by construction, and says when the cap applied.
+the recommendation is capped by the one for every smaller model at the same token budget. Between the
+sizes where a rule enters or leaves its range every rule falls with size, so the lowest of the smaller
+models' values sits just below one of those boundaries (:func:`_envelope_sizes`; a log grid, as before,
+missed the dip just under GPT-3's 175B end). The answer is monotonic non-increasing in model size, and
+says when the cap applied.
 
 Warmup (GPT-3 App. B: 375M warmup tokens of 300B = 0.125%; Kaplan: 3000 of 250k steps = 1.2%; the
 service keeps warmup in 0.1%–1% of the steps): with a known batch, ceil(375M tokens / batch) clamped
@@ -79,8 +81,8 @@ GPT3_TABLE: tuple[Gpt3Row, ...] = (
 KAPLAN_LR_INTERCEPT, KAPLAN_LR_SLOPE = 0.003239, 0.0001395
 KAPLAN_LR_MIN_PARAMS, KAPLAN_LR_MAX_PARAMS = 768.0, 1.5e9  # Kaplan et al. 2020 §2: the models fitted
 GPT3_MIN_PARAMS, GPT3_MAX_PARAMS = 125e6, 175e9
-#: The monotone cap's grid (see the module docstring).
-ENVELOPE_MIN_PARAMS, ENVELOPE_POINTS_PER_DECADE = 1e6, 16
+#: The monotone cap looks at sizes this fraction below each rule's range boundary (module docstring).
+ENVELOPE_BELOW = 1e-12
 #: DeepSeek LLM 2024 Eq. 1 (η_opt, B_opt) and Eq. 2 (M, FLOPs per token without embeddings).
 DEEPSEEK_LR_COEFF, DEEPSEEK_LR_EXP = 0.3118, -0.1250
 DEEPSEEK_BATCH_COEFF, DEEPSEEK_BATCH_EXP = 0.2920, 0.3271
@@ -270,6 +272,25 @@ def _warmup(total_steps: int | None, batch_tokens: float | None) -> WarmupAdvice
     return WarmupAdvice(steps, steps / total_steps, why)
 
 
+def _envelope_sizes(n: float, c: float | None, budget_power: int) -> list[float]:
+    """The smaller sizes whose recommendation can be the lowest of all sizes below ``n``: just below
+    each size where a rule enters or leaves its range. Between two such sizes the set of rules averaged
+    is fixed and every rule falls with size (GPT-3's table, Kaplan's Eq. D.1 and DeepSeek's
+    C^−0.125 at a budget that grows with the size), so the lowest value of an interval is at its upper
+    end; (1 − 1e-12) of a boundary is that end, on the interval's side."""
+    boundaries = [
+        KAPLAN_LR_MIN_PARAMS,
+        KAPLAN_LR_MAX_PARAMS,
+        math.exp(KAPLAN_LR_INTERCEPT / KAPLAN_LR_SLOPE),  # Eq. D.1 reaches zero
+        GPT3_MIN_PARAMS,
+        GPT3_MAX_PARAMS,
+    ]
+    if c is not None:  # where the budget, scaled with the size, crosses DeepSeek's range
+        boundaries += [n * (bound / c) ** (1 / budget_power) for bound in DEEPSEEK_VALID_FLOPS]
+    sizes = {size for b in boundaries for size in (b, b * (1 - ENVELOPE_BELOW)) if 0 < size < n}
+    return sorted(sizes)
+
+
 def advise_lr(
     *,
     params: float | None = None,
@@ -318,16 +339,12 @@ def advise_lr(
     # The monotone cap: no smaller model at the same token budget (or, with only a budget, at its
     # own compute-optimal budget) gets a lower LR.
     capped_at: float | None = None
-    if n > ENVELOPE_MIN_PARAMS:
-        steps_grid = math.ceil(math.log10(n / ENVELOPE_MIN_PARAMS) * ENVELOPE_POINTS_PER_DECADE)
-        for i in range(steps_grid):
-            smaller = ENVELOPE_MIN_PARAMS * 10 ** (i / ENVELOPE_POINTS_PER_DECADE)
-            if smaller >= n:
-                break
-            c_small = None if c is None else c * (smaller / n) ** (2 if params is None else 1)
-            _, value, _ = _combine(smaller, c_small, c_note, size_note)
-            if value < rec:
-                rec, capped_at = value, smaller
+    budget_power = 2 if params is None else 1
+    for smaller in _envelope_sizes(n, c, budget_power):
+        c_small = None if c is None else c * (smaller / n) ** budget_power
+        _, value, _ = _combine(smaller, c_small, c_note, size_note)
+        if value < rec:
+            rec, capped_at = value, smaller
     if capped_at is not None:
         how += (
             f"; capped at the recommendation for {capped_at:.3g} parameters, a smaller model "
