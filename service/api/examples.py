@@ -9,11 +9,46 @@ machine answers 2xx once the demo is loaded.
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from service.usecases.demo import DEMO_RUNS, DemoRun
 
 _METHODS = ("get", "post", "put", "patch", "delete")
+#: Answers recorded on the demo fleet (``python -m tests.support.documented_examples``): each operation's
+#: answer to its first example, and one problem per error status, with the request that drew it. ReDoc
+#: shows them as the response samples; tests/api/test_documented_examples.py holds them to the answers
+#: the demo gives now and to the published schemas.
+RESPONSE_EXAMPLES_PATH = Path(__file__).with_name("response_examples.json")
+
+
+@cache
+def recorded_answers() -> dict[str, Any]:
+    if not RESPONSE_EXAMPLES_PATH.exists():
+        return {"success": {}, "problems": {}}
+    recorded: dict[str, Any] = json.loads(RESPONSE_EXAMPLES_PATH.read_text())
+    return recorded
+
+
+def _add_response_examples(path: str, method: str, operation: dict[str, Any]) -> None:
+    recorded = recorded_answers()
+    responses = operation.get("responses", {})
+    success = recorded["success"].get(f"{method.upper()} {path}")
+    if success is not None:
+        media = responses.get(str(success["status"]), {}).get("content", {}).get("application/json")
+        if media is not None and "examples" not in media:
+            media["examples"] = {
+                "demo": {"summary": "recorded on the demo fleet (teff demo), lists cut to 3 items",
+                         "value": success["value"]}
+            }  # fmt: skip
+    for status, problem in recorded["problems"].items():
+        media = responses.get(status, {}).get("content", {}).get("application/problem+json")
+        if media is not None and "examples" not in media:
+            media["examples"] = {
+                status: {"summary": f"recorded: {problem['request']}", "value": problem["value"]}
+            }
 
 
 def _demo_summary(run: DemoRun) -> str:
@@ -121,6 +156,7 @@ def add_examples(schema: dict[str, Any]) -> None:
                     if method == "delete" and parameter["name"] == "run_id":
                         found = _run_id_examples(_FAILED)
                     parameter["examples"] = found
+            _add_response_examples(path, method, operation)
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 values = _component(schema, media).get("examples")
                 if "examples" in media or not isinstance(values, list):
