@@ -26,8 +26,6 @@ RESPONSE_EXAMPLES_PATH = Path(__file__).with_name("response_examples.json")
 
 @cache
 def recorded_answers() -> dict[str, Any]:
-    if not RESPONSE_EXAMPLES_PATH.exists():
-        return {"success": {}, "problems": {}}
     recorded: dict[str, Any] = json.loads(RESPONSE_EXAMPLES_PATH.read_text())
     return recorded
 
@@ -61,6 +59,11 @@ def _run_id_examples(first: DemoRun) -> dict[str, Any]:
     return {run.id: {"summary": _demo_summary(run), "value": run.id} for run in ordered}
 
 
+def _named(*values: tuple[str, str]) -> dict[str, Any]:
+    """Examples by name from (value, summary) pairs, each named by its value."""
+    return {value: {"summary": summary, "value": value} for value, summary in values}
+
+
 _RUNNING = next(run for run in DEMO_RUNS if run.status == "running")
 # DELETE offers the failed run first: a visitor trying DELETE should not lose the run every other
 # example reads (`teff demo` puts it back either way).
@@ -69,26 +72,17 @@ _FAILED = next(run for run in DEMO_RUNS if run.status == "failed")
 #: parameter name → (examples by name); the first is what Swagger UI fills in.
 _PARAMETER_EXAMPLES: dict[str, dict[str, Any]] = {
     "run_id": _run_id_examples(_RUNNING),
-    "preset_id": {
-        name: {"summary": summary, "value": name}
-        for name, summary in (
-            ("llama3-8b", "Llama 3 8B (dense, GQA)"),
-            ("mixtral-8x7b", "Mixtral 8x7B (MoE, 8 experts, top-2)"),
-            ("llama3.1-405b", "Llama 3.1 405B"),
-        )
-    },
-    "accelerator_id": {
-        name: {"summary": summary, "value": name}
-        for name, summary in (
-            ("h100-sxm", "NVIDIA H100 SXM5 80GB"),
-            ("a100-sxm4-80gb", "NVIDIA A100 SXM4 80GB"),
-            ("mi300x", "AMD Instinct MI300X"),
-        )
-    },
-    "slug": {
-        name: {"summary": name, "value": name}
-        for name in ("validation-error", "implausible-result", "not-found")
-    },
+    "preset_id": _named(
+        ("llama3-8b", "Llama 3 8B (dense, GQA)"),
+        ("mixtral-8x7b", "Mixtral 8x7B (MoE, 8 experts, top-2)"),
+        ("llama3.1-405b", "Llama 3.1 405B"),
+    ),
+    "accelerator_id": _named(
+        ("h100-sxm", "NVIDIA H100 SXM5 80GB"),
+        ("a100-sxm4-80gb", "NVIDIA A100 SXM4 80GB"),
+        ("mi300x", "AMD Instinct MI300X"),
+    ),
+    "slug": _named(*((name, name) for name in ("validation-error", "implausible-result", "not-found"))),
 }
 #: Query filters whose example narrows the demo fleet to some of its runs (others stay empty: every
 #: filter Swagger UI fills in is sent).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 from service.domain.errors import InvalidInput
@@ -252,9 +252,6 @@ def stage_layer_counts(
 #: weights; Rajbhandari et al. 2020 number the same three steps ZeRO-1/2/3, NO_SHARD being stage 0).
 FSDP_ZERO_STAGES: dict[str, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}
 
-#: The knobs the API adds to :class:`ParallelLayout`'s fields, which it resolves into them.
-API_ONLY_KNOBS = ("distributed_optimizer",)
-
 
 def layout_from_knobs(knobs: Mapping[str, Any]) -> ParallelLayout:
     """The domain layout of the API's layout knobs (a request's ``layout``, a run's ``parallelism``):
@@ -283,13 +280,6 @@ def layout_knobs(layout: ParallelLayout) -> dict[str, Any]:
     return knobs
 
 
-#: Every knob's value when nothing says otherwise (ParallelLayout's defaults; sequence parallelism and
-#: fp32 gradients as :func:`layout_from_knobs` resolves them for a layout that does not give them).
-_DEFAULT_KNOBS: dict[str, Any] = {
-    f.name: f.default for f in fields(ParallelLayout) if f.default is not MISSING
-} | {"distributed_optimizer": False}
-
-
 def with_current_names(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """A run layout in today's knob names. Until 2026-12 a run's ``parallelism`` had names of its own:
     ``virtual_pipeline_stages`` (null for 1) for ``virtual_stages``, and ``fsdp: true``, which made a
@@ -310,4 +300,8 @@ def stored_layout_knobs(stored: Mapping[str, Any]) -> dict[str, Any]:
     the performance endpoints' layout hold eleven knobs (tp, pp, dp, cp, ep, micro-batch, interleaving,
     sequence parallelism, ZeRO stage, FSDP, recompute); the others read as their defaults, which is
     what those runs were predicted with. A micro-batch not recorded is unknown (None)."""
-    return _DEFAULT_KNOBS | {"micro_batch_sequences": None} | with_current_names(stored)
+    return _STORED_DEFAULTS | with_current_names(stored)
+
+
+#: What a stored run's layout reads as where it says nothing: the domain's defaults, the micro-batch unknown.
+_STORED_DEFAULTS = layout_knobs(ParallelLayout()) | {"micro_batch_sequences": None}

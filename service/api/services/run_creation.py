@@ -33,7 +33,6 @@ from service.domain import fleet, hardware, models
 from service.domain.errors import InvalidInput
 from service.domain.flops import flops_per_token
 from service.domain.parallel_layout import (
-    ParallelLayout,
     check_layout_for_model,
     layout_from_knobs,
     layout_knobs,
@@ -90,17 +89,11 @@ def _resolve_layout(
     # An unknown micro-batch is stored as such; any value stands in for it in the checks.
     micro_batch = knobs.pop("micro_batch_sequences", None)
     resolved = in_request(
-        lambda: _checked(
-            layout_from_knobs({**knobs, "micro_batch_sequences": micro_batch or 1}), model, seq_len_tokens
-        ),
+        lambda: layout_from_knobs({**knobs, "micro_batch_sequences": micro_batch or 1}),
         layout="body.parallelism",
     )
+    in_request(lambda: check_layout_for_model(model, seq_len_tokens, resolved), layout="body.parallelism")
     return RunLayoutRead(**{**layout_knobs(resolved), "micro_batch_sequences": micro_batch})
-
-
-def _checked(layout: ParallelLayout, model: models.ModelSpec, seq_len_tokens: int) -> ParallelLayout:
-    check_layout_for_model(model, seq_len_tokens, layout)
-    return layout
 
 
 def prepare_run(request: RunCreate, *, now: datetime) -> PreparedRun:
