@@ -282,6 +282,20 @@ def test_csv_answers_step_and_lr_rows(client: TestClient) -> None:
     assert values[3] == pytest.approx(9.619398, rel=1e-6)
 
 
+def test_csv_rounds_the_lr_to_six_significant_digits_where_json_keeps_full_precision(
+    client: TestClient,
+) -> None:
+    # 3e-4 over 7 warmup steps: 3e-4 * 1/7 and friends are float noise in repr (4.285714285714286e-05).
+    body = {"kind": "cosine", "peak_lr": 3e-4, "warmup_steps": 7, "total_steps": 1_000, "points": 50}
+    rows = list(csv.reader(io.StringIO(post(client, body, accept="text/csv").text)))[1:]
+    exact = {p["step"]: p["lr"] for p in post(client, body).json()["points"]}
+    digits = [len(lr.split("e")[0].replace(".", "").replace("-", "").lstrip("0")) for _, lr in rows]
+    assert max(digits) <= 6
+    assert any(len(repr(lr)) > 12 for lr in exact.values())  # the JSON answer does carry the noise
+    for step, lr in rows:
+        assert float(lr) == pytest.approx(exact[int(step)], rel=5e-6)
+
+
 def _wsd() -> dict[str, Any]:
     return {
         "kind": "warmup_stable_decay",

@@ -75,7 +75,9 @@ def schedule_spec(body: LrScheduleRequest) -> schedules.ScheduleSpec:
 
 
 def _csv(points: list[schedules.SchedulePoint]) -> str:
-    return "step,lr\n" + "".join(f"{p.step},{p.lr!r}\n" for p in points)
+    # A CSV is read by people and spreadsheets: six significant digits (an LR is never set finer),
+    # not float noise such as 2.9999999999999997e-05; JSON keeps full precision.
+    return "step,lr\n" + "".join(f"{p.step},{p.lr:.6g}\n" for p in points)
 
 
 async def _chart(
