@@ -19,7 +19,9 @@ Configuration rules, the same for every row (no per-row tuning):
   count, precision, tp/pp/dp (MPT: FSDP over all devices; FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2),
   recomputation where stated, overlap where stated.
 * Software generation, from the source's date: 2021 Megatron (Narayanan) has no FlashAttention, no
-  sequence parallelism and no communication overlap, ZeRO-0 with fp32 gradient accumulation; 2024
+  sequence parallelism and no communication overlap, ZeRO-0 with fp32 gradient accumulation by a
+  separate add per micro-batch (gradient-accumulation fusion and the asynchronous column-parallel
+  backward came to Megatron-LM in 2022, with Korthikanti et al.'s sequence parallelism); 2024
   Megatron-core uses fused (flash) attention, sequence parallelism when tp > 1 and the distributed
   optimizer (ZeRO-1 with fp32 gradients); MPT (2023) uses FlashAttention and FSDP. Dropout as the
   frameworks default (Megatron 0.1; MPT configs 0).
@@ -221,20 +223,26 @@ CHECKPOINTING: dict[str, tuple[Recompute, int, SelectivePolicy]] = {
 
 #: Software generations: what each framework does when the source does not say (module docstring).
 FRAMEWORKS: dict[str, dict[str, Any]] = {
-    # Korthikanti et al. 2022: Megatron-LM without FlashAttention or communication overlap.
+    # Korthikanti et al. 2022: Megatron-LM without FlashAttention or TE communication overlap; its
+    # column-parallel backward runs the gradient all-reduce / reduce-scatter (and sequence parallelism's
+    # second all-gather) behind the gradient GEMMs (LinearWithGradAccumulationAndAsyncCommunication,
+    # which came with sequence parallelism), and fuses fp32 gradient accumulation into the GEMM.
     "megatron2022": dict(
         flash_attention=False,
+        async_tp_backward=True,
         fp32_grad_accumulation=True,
         overlap_tp_comm=False,
         overlap_dp_comm=False,
         overlap_pp_comm=False,
         zero=0,
     ),
-    # Megatron-DeepSpeed 2021-22 (MT-NLG, BLOOM): no FlashAttention, no sequence parallelism.
+    # Megatron-DeepSpeed 2021-22 (MT-NLG, BLOOM): no FlashAttention, no sequence parallelism, forked
+    # before gradient-accumulation fusion: fp32 gradients are accumulated by a separate add.
     "megatron2021": dict(
         flash_attention=False,
         sequence_parallel=False,
         fp32_grad_accumulation=True,
+        gradient_accumulation_fusion=False,
         overlap_tp_comm=False,
         overlap_dp_comm=True,
         overlap_pp_comm=False,
@@ -327,6 +335,7 @@ def constraints_for(row: dict[str, Any]) -> PlannerConstraints:
         return PlannerConstraints(
             tp_values=(tp,), pp_values=(pp,), dp_values=(dp,), recompute_modes=(cast(Recompute, par.get("recompute", "full")),),
             zero_stages=(0,), sequence_parallel=False, flash_attention=False, fp32_grad_accumulation=True,
+            gradient_accumulation_fusion=False,
             overlap_tp_comm=False, overlap_dp_comm=False, overlap_pp_comm=False, max_virtual_stages=64,
         )  # fmt: skip
     stated = par.get("recompute")

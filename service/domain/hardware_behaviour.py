@@ -158,8 +158,8 @@ ETHERNET_SCALE_OUT = LinkBehaviour(0.85, 5e-6, "RoCE scale-out (assumed)")
 
 #: Fitted scales of the matmul curves (see module docstring; rerun the fit with
 #: ``python benchmarks/validate_predictions.py --fit``).
-AMPERE_MATMUL_SCALE = 0.755
-HOPPER_MATMUL_SCALE = 0.535
+AMPERE_MATMUL_SCALE = 0.775
+HOPPER_MATMUL_SCALE = 0.550
 
 
 def _family(

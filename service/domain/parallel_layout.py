@@ -52,7 +52,11 @@ class ParallelLayout:
     FULL_SHARD, 2 = SHARD_GRAD_OP; 1 with ``fp32_grad_accumulation`` = Megatron's distributed
     optimizer). The ``overlap_*`` flags say whether that communication runs behind compute
     (Megatron ``--tp-comm-overlap``, ``--overlap-grad-reduce``/``--overlap-param-gather``, FSDP
-    prefetch; p2p sends on their own stream).
+    prefetch; p2p sends on their own stream). ``gradient_accumulation_fusion`` (with
+    ``fp32_grad_accumulation``): the weight-gradient GEMM accumulates into the fp32 gradient (Megatron-LM
+    ``--gradient-accumulation-fusion``); False: a separate add per micro-batch. ``async_tp_backward``:
+    the column-parallel layers' backward collectives run behind their gradient GEMMs (Megatron-LM since
+    2022); it has no effect with ``overlap_tp_comm``, which hides all tensor-parallel traffic.
     """
 
     tp: int = 1
@@ -83,6 +87,8 @@ class ParallelLayout:
     pooled_nic_collectives: bool = True
     fused_elementwise: bool = True
     zero3_gather_unit: GatherUnit = "layer"
+    gradient_accumulation_fusion: bool = True
+    async_tp_backward: bool = False
 
     def __post_init__(self) -> None:
         validate_layout(self)

@@ -81,6 +81,8 @@ class PlannerConstraints:
     pooled_nic_collectives: bool = True
     fused_elementwise: bool = True
     zero3_gather_unit: GatherUnit = "layer"
+    gradient_accumulation_fusion: bool = True
+    async_tp_backward: bool = False
 
     def __post_init__(self) -> None:
         for mode in self.recompute_modes:
@@ -351,6 +353,8 @@ def _evaluate_block(
                         overlap_ep_comm=c.overlap_ep_comm, expert_load_imbalance=c.expert_load_imbalance,
                         attention_kernel=c.attention_kernel, pooled_nic_collectives=c.pooled_nic_collectives,
                         fused_elementwise=c.fused_elementwise, zero3_gather_unit=c.zero3_gather_unit,
+                        gradient_accumulation_fusion=c.gradient_accumulation_fusion,
+                        async_tp_backward=c.async_tp_backward,
                     )  # fmt: skip
                     if v > 1 and m % pp:
                         rejected.add("interleaving needs micro-batches to be a multiple of pp", layout)

@@ -9,20 +9,21 @@ from service.domain.models import ModelSpec
 from service.domain.step_costs import Cluster
 
 #: ``benchmarks/validate_predictions.py`` (its per-regime table; rerun it after a model change). A
-#: prediction's band is the largest of its regimes'. Worst rows today (83 rows): a100 and megatron-tp-pp
-#: 7.0, fsdp-zero3 and hopper 6.9, uneven-pp 5.3, zero3 at fixed global batch 4.6, long-context 3.7, fp8 3.5.
+#: prediction's band is the largest of its regimes'. Worst rows today (83 rows): fsdp-zero3 and hopper
+#: 7.0, a100 6.1, megatron-tp-pp 6.1, zero3 at fixed global batch 5.7, uneven-pp 4.9, fp8 4.1,
+#: long-context 3.1.
 REGIME_MAE_MFU_POINTS: dict[str, float] = {
-    "all": 2.32,
-    "a100": 2.17,
-    "hopper": 2.48,
-    "blackwell": 2.67,
-    "fp8": 1.49,
-    "fsdp-zero3": 2.46,
-    "zero3-fixed-global-batch": 2.14,
-    "long-context": 1.67,
-    "megatron-tp-pp": 2.17,
-    "moe-ep": 2.80,
-    "uneven-pp": 3.44,
+    "all": 2.28,
+    "a100": 2.16,
+    "hopper": 2.39,
+    "blackwell": 3.34,
+    "fp8": 1.86,
+    "fsdp-zero3": 2.60,
+    "zero3-fixed-global-batch": 2.41,
+    "long-context": 1.34,
+    "megatron-tp-pp": 1.97,
+    "moe-ep": 2.20,
+    "uneven-pp": 2.47,
 }
 
 

@@ -17,6 +17,7 @@ from service.domain.memory import (
     stage_layer_counts,
     stage_parameters,
 )
+from service.domain.memory_states import FP32_BYTES
 from service.domain.models import ModelSpec
 from service.domain.regimes import REGIME_MAE_MFU_POINTS, prediction_regimes
 from service.domain.step_costs import (
@@ -29,16 +30,23 @@ from service.domain.step_costs import (
 )
 
 #: first for parameters; all compute for ZeRO-3) that data-parallel communication can use. Fitted.
-DP_OVERLAP_FRACTION = 0.915
+DP_OVERLAP_FRACTION = 0.955
 #: Share of tensor-parallel communication hidden with ``overlap_tp_comm`` (Transformer Engine
 #: userbuffers GEMM/communication overlap). Fitted.
-TP_OVERLAP_FRACTION = 0.915
+TP_OVERLAP_FRACTION = 0.955
 #: Share of pipeline p2p time hidden with ``overlap_pp_comm`` (sends on a separate stream). Fitted.
-PP_OVERLAP_FRACTION = 0.915
+PP_OVERLAP_FRACTION = 0.955
 #: Share of the SMs a running NCCL collective occupies: up to 16 channels (NCCL_MAX_NCHANNELS default
 #: on NVLink/IB systems), one thread block each, of the 108 SMs of an A100 / 132 of an H100 (NCCL
 #: environment-variable docs; CUDA occupancy).
 NCCL_SM_SHARE = 0.12
+#: Weight and bias tensors of one transformer layer (QKV, output, two or three MLP matrices, their
+#: biases and two norms' scales/shifts): the kernels an unfused gradient accumulation launches.
+GRADIENT_TENSORS_PER_LAYER = 12
+#: Share of a dense layer's GEMM FLOPs in its column-parallel projections (QKV 3h², MLP up 4h² of 12h²).
+COLUMN_PARALLEL_GEMM_SHARE = 7.0 / 12.0
+#: The 16-bit gradient the weight-gradient GEMM writes (bf16/fp16, also under FP8 training).
+GRADIENT_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +136,19 @@ def _predict(
     mem_layer = 3.0 * (lc.mem_f + lc.softmax_mem_f)
     tp_total_layer = 4.0 * lc.tp_collective
     tp_exposed_layer = tp_total_layer * (1.0 - f_tp if layout.overlap_tp_comm else 1.0)
+    if layout.async_tp_backward and not layout.overlap_tp_comm and tp > 1:
+        # Megatron-LM's column-parallel backward (LinearWithGradAccumulationAndAsyncCommunication):
+        # the input-gradient all-reduce (with sequence parallelism: its reduce-scatter) runs behind the
+        # weight-gradient GEMM, and with sequence parallelism the input is all-gathered again for that
+        # GEMM behind the input-gradient GEMM. QKV and the MLP's first projection are column-parallel:
+        # 7/12 of a dense layer's GEMM FLOPs. Hidden at most what those GEMMs take.
+        column_gemm = COLUMN_PARALLEL_GEMM_SHARE * lc.gemm_f
+        if layout.sequence_parallel:
+            tp_total_layer = 5.0 * lc.tp_collective
+            hidden = min(lc.tp_collective, column_gemm) + min(lc.tp_collective, column_gemm)
+        else:
+            hidden = min(2.0 * lc.tp_collective, column_gemm)
+        tp_exposed_layer = tp_total_layer - hidden
     ep_total_layer = 4.0 * lc.ep_all_to_all
     if layout.overlap_ep_comm:
         # DualPipe-style overlap: a micro-batch's dispatch/combine run behind another's compute.
@@ -153,6 +174,17 @@ def _predict(
         kernels += lc.attention_kernels_f
     else:
         re_layer = 0.0
+    sp_params = stage_parameters(spec, tp, pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers)
+    if layout.fp32_grad_accumulation and not layout.gradient_accumulation_fusion:
+        # Unfused fp32 gradient accumulation: after each micro-batch's backward every local weight's
+        # 16-bit gradient is added into its fp32 main_grad by a separate kernel (Megatron-LM's grad hook
+        # ``param.main_grad.add_(param.grad)``; ``--gradient-accumulation-fusion`` folds it into the
+        # weight-gradient GEMM, wgrad_gemm_accum_fp32): read 2 + read 4 + write 4 bytes per parameter,
+        # one kernel per weight and bias tensor.
+        acc_params = sp_params.layer_dense + sp_params.layer_expert
+        acc_bytes = acc_params * (GRADIENT_BYTES + 2 * FP32_BYTES)
+        mem_layer += acc_bytes / (hbm * behaviour.memory_efficiency(acc_bytes / GRADIENT_TENSORS_PER_LAYER))
+        kernels += GRADIENT_TENSORS_PER_LAYER
     kernel_layer = kernels * KERNEL_OVERHEAD_SECONDS
     layer_time = gemm_layer + mem_layer + tp_exposed_layer + ep_layer + cp_layer + re_layer + kernel_layer
 
@@ -189,7 +221,12 @@ def _predict(
     avg_re = L * re_layer / pp
     avg_kernel = (L * kernel_layer + logits_kernels) / pp
     avg_time = avg_gemm + avg_mem + avg_tp + avg_ep + avg_cp + avg_re + avg_kernel
-    bubble = (pp - 1) / v * stage_time + m * max(stage_time - avg_time, 0.0)
+    # Fill and drain: the first micro-batch's forward and the last one's backward pass through every
+    # stage once, each at its own pace (Σ tᵢ = p·avg); only the steady state runs at the slowest
+    # stage's pace. So 1F1B takes (m − 1)·t_max + p·avg = m·t_max + (p − 1)·avg − (t_max − avg);
+    # interleaving divides the fill by v (Narayanan et al. 2021 §2.2.2).
+    fill_time = avg_time if pp > 1 else 0.0
+    bubble = (pp - 1) / v * fill_time + m * max(stage_time - avg_time, 0.0)
 
     # Pipeline p2p.
     dpn = cluster.devices_per_node
@@ -203,7 +240,6 @@ def _predict(
         pp_exposed = sends * (lc.p2p_send / bw * (1.0 - f_pp if layout.overlap_pp_comm else 1.0) + lat)
 
     # Data-parallel communication.
-    sp_params = stage_parameters(spec, tp, pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers)
     dense_params = max(
         sp_params.first_dense, sp_params.last_dense, sp_params.layers_middle_stage * sp_params.layer_dense
     )
@@ -310,7 +346,17 @@ def _predict(
     shard = n_shard if zero >= 1 else 1
     shard_e = n_eshard if zero >= 1 else 1
     local_params = dense_params / shard + expert_params / shard_e
-    opt_bytes_per_param = 2.0 * state.optimizer_bytes + 2.0 * grad_bytes + weight_bytes
+    # Adam reads and writes its state (master weights, m, v), reads the gradient and zeroes it, and
+    # writes the 16-bit weights. Around it: the gradient norm for clipping reads the gradients once
+    # (Megatron-LM clip_grad 1.0, torchtitan max_norm 1.0); fp16 loss scaling unscales them in place
+    # first (torch._amp_foreach_non_finite_check_and_unscale_: read and write); the copy of the fp32
+    # master weights into the 16-bit model weights reads the master again (Megatron-LM
+    # Float16OptimizerWithFloat16Params._copy_main_params_to_model_params).
+    opt_bytes_per_param = 2.0 * state.optimizer_bytes + 3.0 * grad_bytes + weight_bytes
+    if precision == "fp16":
+        opt_bytes_per_param += 2.0 * grad_bytes
+    if weight_bytes < FP32_BYTES:
+        opt_bytes_per_param += FP32_BYTES
     opt_bytes = local_params * opt_bytes_per_param
     optimizer_time = opt_bytes / (hbm * behaviour.memory_efficiency(opt_bytes / 8))
 
@@ -332,7 +378,7 @@ def _predict(
         optimizer_step_seconds=optimizer_time,
         kernel_overhead_seconds=m * avg_kernel,
     )
-    step = (m + (pp - 1) / v) * stage_time + dp_exposed + pp_exposed + optimizer_time
+    step = m * stage_time + (pp - 1) / v * fill_time + dp_exposed + pp_exposed + optimizer_time
     counted = flops_per_token(spec, s, convention=convention, recompute=layout.recompute)
     model_flops = counted.training_flops_per_token * tokens_per_step
     hardware_flops = counted.hardware_flops_per_token * tokens_per_step

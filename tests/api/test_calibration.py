@@ -489,9 +489,10 @@ def test_a_fit_skips_runs_it_cannot_predict_and_falls_back_below_three() -> None
     assert fallback.matmul_efficiency_scale == 1.0 and fallback.fitted_at == now
     fitted = fit_stored_runs([good, good, good, bad], scope="tenant", accelerator_id="h100-sxm", now=now)
     assert fitted.fitted and fitted.n_observations == 3 and fitted.label == "tenant fit"
-    # All three measured 0.4 against a default prediction of about 0.515: the fit lands on 0.4.
+    # All three measured 0.4 against a default prediction of about 0.52 (the model's fitted Hopper
+    # scale; it moves when that is refitted): the fit lands on 0.4, far closer than the default.
     assert fitted.rms_error is not None and fitted.rms_error < 0.005
-    assert fitted.default_rms_error == pytest.approx(0.115, abs=0.01)
+    assert fitted.default_rms_error is not None and 0.08 < fitted.default_rms_error < 0.16
 
 
 def test_fits_run_in_a_helper_process_and_survive_its_death() -> None:

@@ -80,10 +80,11 @@ def test_script_prints_the_table(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 def test_korthikanti_2022_iteration_times(all_results: list[vp.RowResult]) -> None:
     # The paper's eight runs (Table 5): iteration-time error = reported / predicted MFU − 1. Calculon
-    # reports 3.65% mean, 8.87% worst on them; this model stands at ~5.3% / 11.6% (issue 16 open item),
-    # and this test keeps it from sliding back.
+    # reports 3.65% mean, 8.87% worst on them (its megatron validation); this model stands at 3.4% /
+    # 6.7% since the 2022 software's asynchronous column-parallel backward and fused gradient
+    # accumulation are modelled, and this test keeps it below Calculon's.
     rows = [r for r in all_results if r.id.startswith("korthikanti2022-")]
     assert len(rows) == 8
     errors = [abs(r.reported_mfu / r.predicted_mfu - 1) for r in rows]
-    assert sum(errors) / 8 < 0.06
-    assert max(errors) < 0.125
+    assert sum(errors) / 8 < 0.0365
+    assert max(errors) < 0.0887

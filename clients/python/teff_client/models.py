@@ -560,6 +560,8 @@ class LayoutIn(TypedDict, total=False):
     expert_load_imbalance: float
     attention_kernel: Literal["best", "flash2", "triton"]
     fused_elementwise: bool
+    gradient_accumulation_fusion: bool
+    async_tp_backward: bool
 
 
 class LayoutRead(TypedDict, total=False):
@@ -594,6 +596,8 @@ class LayoutRead(TypedDict, total=False):
     expert_load_imbalance: Required[float]
     attention_kernel: Required[Literal["best", "flash2", "triton"]]
     fused_elementwise: Required[bool]
+    gradient_accumulation_fusion: Required[bool]
+    async_tp_backward: Required[bool]
 
 
 class LossFitRead(TypedDict, total=False):
@@ -1175,6 +1179,8 @@ class PlanConstraintsIn(TypedDict, total=False):
     expert_load_imbalance: float
     attention_kernel: Literal["best", "flash2", "triton"]
     fused_elementwise: bool
+    gradient_accumulation_fusion: bool
+    async_tp_backward: bool
 
 
 class PlanRead(TypedDict, total=False):
@@ -1462,6 +1468,8 @@ class RunLayoutIn(TypedDict, total=False):
     expert_load_imbalance: float
     attention_kernel: Literal["best", "flash2", "triton"]
     fused_elementwise: bool
+    gradient_accumulation_fusion: bool
+    async_tp_backward: bool
     virtual_pipeline_stages: int | None
     fsdp: bool | None
 
@@ -1498,6 +1506,8 @@ class RunLayoutRead(TypedDict, total=False):
     expert_load_imbalance: Required[float]
     attention_kernel: Required[Literal["best", "flash2", "triton"]]
     fused_elementwise: Required[bool]
+    gradient_accumulation_fusion: Required[bool]
+    async_tp_backward: Required[bool]
 
 
 class RunLinks(TypedDict, total=False):

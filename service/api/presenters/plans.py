@@ -83,6 +83,8 @@ def planner_constraints(
             attention_kernel=given.attention_kernel,
             pooled_nic_collectives=given.pooled_nic_collectives,
             fused_elementwise=given.fused_elementwise,
+            gradient_accumulation_fusion=given.gradient_accumulation_fusion,
+            async_tp_backward=given.async_tp_backward,
             zero3_gather_unit=given.zero3_gather_unit,
         ),
         layout=None,

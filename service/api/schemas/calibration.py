@@ -29,7 +29,7 @@ class CalibrationIn(ApiModel):
     overlap_fraction: Fraction | None = Field(
         default=None,
         description="share of overlapped communication that hides behind compute (default: the model's "
-        "fitted 0.915)",
+        "fitted 0.955)",
     )
 
 

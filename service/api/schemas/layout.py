@@ -194,6 +194,20 @@ class LayoutIn(ApiModel):
         description="norms, activations and RoPE run as fused kernels (torch.compile, Transformer Engine); "
         "false: eager PyTorch kernels (about three times the element-wise memory traffic)",
     )
+    gradient_accumulation_fusion: bool = Field(
+        default=True,
+        description="with fp32_grad_accumulation: the weight-gradient GEMM accumulates into the fp32 "
+        "gradient (Megatron-LM --gradient-accumulation-fusion, on by default since 2022); false: a separate "
+        "add of every local gradient after each micro-batch (10 bytes per parameter; Megatron 2021, "
+        "Megatron-DeepSpeed)",
+    )
+    async_tp_backward: bool = Field(
+        default=False,
+        description="without overlap_tp_comm: the column-parallel layers' backward all-reduce (with "
+        "sequence parallelism: reduce-scatter, and the input's second all-gather) runs behind their "
+        "weight- and input-gradient GEMMs (Megatron-LM since 2022, CUDA_DEVICE_MAX_CONNECTIONS=1); false: "
+        "every tensor-parallel collective blocks",
+    )
 
     @model_validator(mode="after")
     def _stage_layers_need_pipeline(self) -> LayoutIn:
@@ -267,6 +281,8 @@ class LayoutRead(ApiModel):
     expert_load_imbalance: float
     attention_kernel: AttentionKernelName
     fused_elementwise: bool
+    gradient_accumulation_fusion: bool
+    async_tp_backward: bool
 
 
 @states(

@@ -143,6 +143,14 @@ class PlanConstraintsIn(ApiModel):
     fused_elementwise: bool = Field(
         default=True, description="fused norm/activation/RoPE kernels; false: eager PyTorch"
     )
+    gradient_accumulation_fusion: bool = Field(
+        default=True,
+        description="fp32 gradient accumulation fused into the weight-gradient GEMM (as in layout)",
+    )
+    async_tp_backward: bool = Field(
+        default=False,
+        description="column-parallel backward collectives behind the gradient GEMMs (as in layout)",
+    )
 
     @model_validator(mode="after")
     def _micro_batch_range(self) -> PlanConstraintsIn:
