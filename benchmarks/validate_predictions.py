@@ -73,6 +73,11 @@ DEFAULT_RUNS = Path(
 #: The runs assembled beyond the shared set (issue 16): FSDP/ZeRO-3 at scale, uneven pipelines, long
 #: context, MoE, FP8, Blackwell. Each row names its source and the software generation it ran.
 EXTENDED_RUNS = ROOT / "benchmarks" / "data" / "published_runs_extended.json"
+#: A set held out from the fit and from every model change so far: NVIDIA Megatron-Bridge's 25.11
+#: performance summary (GB200 NVL72, B200, H100; dense, MoE with expert parallelism, FP8), assembled
+#: 2026-12-06 after the constants were fixed. ``--runs benchmarks/data/megatron_bridge_2511.json``
+#: prints it; its per-regime errors feed the Blackwell and MoE bands of ``service.domain.regimes``.
+HELD_OUT_RUNS = ROOT / "benchmarks" / "data" / "megatron_bridge_2511.json"
 CONVENTION: Convention = "megatron"
 A100_INTER_NODE_BYTES_PER_SECOND = 25e9  # 200 Gb/s HDR per GPU (DGX A100 / Selene)
 H100_INTER_NODE_BYTES_PER_SECOND = 50e9  # 400 Gb/s NDR per GPU (DGX H100)
@@ -203,8 +208,9 @@ def reported_mfu(row: dict[str, Any], spec: ModelSpec | None = None) -> float:
 def cluster_for(row: dict[str, Any]) -> Cluster:
     acc = get_accelerator(row["hardware"]["accelerator"])
     hw = row["hardware"]
+    per_node = int(hw.get("devices_per_node", DEVICES_PER_NODE))  # an NVLink domain (NVL72: 72)
     if "inter_node_bytes_per_second_per_device" in hw:
-        return Cluster(acc, int(hw["count"]), DEVICES_PER_NODE, float(hw["inter_node_bytes_per_second_per_device"]),
+        return Cluster(acc, int(hw["count"]), per_node, float(hw["inter_node_bytes_per_second_per_device"]),
                        hw.get("intra_node_bytes_per_second_per_device"))  # fmt: skip
     inter = (
         A100_INTER_NODE_BYTES_PER_SECOND if acc.id.startswith("a100") else H100_INTER_NODE_BYTES_PER_SECOND

@@ -123,6 +123,19 @@ def _build_presets() -> dict[str, Preset]:
                n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8, d_ff=29568, vocab_size=152064,
                **qwen_opts),
     ]  # fmt: skip
+    qwen3_moe = (
+        "Qwen3 technical report (arXiv 2505.09388) Table 2; Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B "
+        "config.json: every layer MoE (128 experts, 8 routed, no shared expert), head_dim 128, untied "
+        "embeddings"
+    )
+    presets += [
+        _llama("qwen3-30b-a3b", "Qwen3 30B-A3B", "qwen3-moe", qwen3_moe, 30.5e9,
+               n_layers=48, d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128, d_ff=6144,
+               vocab_size=151936, n_experts=128, experts_per_token=8, expert_d_ff=768),
+        _llama("qwen3-235b-a22b", "Qwen3 235B-A22B", "qwen3-moe", qwen3_moe, 235e9,
+               n_layers=94, d_model=4096, n_heads=64, n_kv_heads=4, head_dim=128, d_ff=12288,
+               vocab_size=151936, n_experts=128, experts_per_token=8, expert_d_ff=1536),
+    ]  # fmt: skip
     gemma2 = "Gemma 2 report (arXiv 2408.00118) Table 1; google/gemma-2-* config.json"
     gemma_opts = dict(tied_embeddings=True, norms_per_layer=4, sliding_window=4096)
     presets += [
@@ -214,7 +227,8 @@ def _build_presets() -> dict[str, Preset]:
         )
     )
     # Active-parameter figures published beside the totals.
-    active = {"mixtral-8x7b": 12.9e9, "mixtral-8x22b": 39e9, "deepseek-v3": 37e9}
+    active = {"mixtral-8x7b": 12.9e9, "mixtral-8x22b": 39e9, "deepseek-v3": 37e9, "qwen3-30b-a3b": 3.3e9,
+              "qwen3-235b-a22b": 22e9}  # fmt: skip
     return {
         p.id: dataclasses.replace(p, published_active_parameters=active[p.id]) if p.id in active else p
         for p in presets
