@@ -45,8 +45,6 @@ NCCL_SM_SHARE = 0.12
 GRADIENT_TENSORS_PER_LAYER = 12
 #: Share of a dense layer's GEMM FLOPs in its column-parallel projections (QKV 3h², MLP up 4h² of 12h²).
 COLUMN_PARALLEL_GEMM_SHARE = 7.0 / 12.0
-#: The 16-bit gradient the weight-gradient GEMM writes (bf16/fp16, also under FP8 training).
-GRADIENT_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +143,7 @@ def _predict(
         column_gemm = COLUMN_PARALLEL_GEMM_SHARE * lc.gemm_f
         if layout.sequence_parallel:
             tp_total_layer = 5.0 * lc.tp_collective
-            hidden = min(lc.tp_collective, column_gemm) + min(lc.tp_collective, column_gemm)
+            hidden = 2.0 * min(lc.tp_collective, column_gemm)
         else:
             hidden = min(2.0 * lc.tp_collective, column_gemm)
         tp_exposed_layer = tp_total_layer - hidden
@@ -175,14 +173,15 @@ def _predict(
     else:
         re_layer = 0.0
     sp_params = stage_parameters(spec, tp, pp, layout.ep, layout.first_stage_layers, layout.last_stage_layers)
+    state = optimizer_state_bytes(optimizer, precision, fp32_grad_accumulation=layout.fp32_grad_accumulation)
     if layout.fp32_grad_accumulation and not layout.gradient_accumulation_fusion:
         # Unfused fp32 gradient accumulation: after each micro-batch's backward every local weight's
         # 16-bit gradient is added into its fp32 main_grad by a separate kernel (Megatron-LM's grad hook
         # ``param.main_grad.add_(param.grad)``; ``--gradient-accumulation-fusion`` folds it into the
-        # weight-gradient GEMM, wgrad_gemm_accum_fp32): read 2 + read 4 + write 4 bytes per parameter,
-        # one kernel per weight and bias tensor.
+        # weight-gradient GEMM, wgrad_gemm_accum_fp32): read the model-dtype gradient (2 bytes), read
+        # and write the fp32 one (4 + 4), one kernel per weight and bias tensor.
         acc_params = sp_params.layer_dense + sp_params.layer_expert
-        acc_bytes = acc_params * (GRADIENT_BYTES + 2 * FP32_BYTES)
+        acc_bytes = acc_params * (state.weight_bytes + 2 * FP32_BYTES)
         mem_layer += acc_bytes / (hbm * behaviour.memory_efficiency(acc_bytes / GRADIENT_TENSORS_PER_LAYER))
         kernels += GRADIENT_TENSORS_PER_LAYER
     kernel_layer = kernels * KERNEL_OVERHEAD_SECONDS
@@ -225,7 +224,7 @@ def _predict(
     # stage once, each at its own pace (Σ tᵢ = p·avg); only the steady state runs at the slowest
     # stage's pace. So 1F1B takes (m − 1)·t_max + p·avg = m·t_max + (p − 1)·avg − (t_max − avg);
     # interleaving divides the fill by v (Narayanan et al. 2021 §2.2.2).
-    fill_time = avg_time if pp > 1 else 0.0
+    fill_time = avg_time
     bubble = (pp - 1) / v * fill_time + m * max(stage_time - avg_time, 0.0)
 
     # Pipeline p2p.
@@ -244,7 +243,6 @@ def _predict(
         sp_params.first_dense, sp_params.last_dense, sp_params.layers_middle_stage * sp_params.layer_dense
     )
     expert_params = max(sp_params.first_expert, sp_params.last_expert)
-    state = optimizer_state_bytes(optimizer, precision, fp32_grad_accumulation=layout.fp32_grad_accumulation)
     grad_bytes = state.gradient_bytes
     weight_bytes = state.weight_bytes
     n_dp = dp * cp
