@@ -13,9 +13,17 @@ Each rule counts only inside the range its source fitted; outside it is shown, f
 - DeepSeek LLM 2024 §3.1 Eq. 1: η_opt = 0.3118·C^−0.1250, B_opt = 0.2920·C^0.3271 tokens, with
   C = M·D, M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq non-embedding FLOPs per token. Without
   the dimensions C ≈ 6·N·D is used instead (flagged in the note).
+- Published practice at 69B–530B (:data:`LARGE_DENSE_RUNS`): the peak LRs nine teams chose for dense
+  AdamW pre-training at that scale, a power law in N fitted through them by least squares in
+  log–log, with a band of ±2 standard deviations of its log residuals (×/÷ 1.99). No rule above was
+  fitted there (GPT-3's table ends at 175B; DeepSeek's law was fitted at ≤3e20 FLOPs and advises
+  3–6× what these teams chose), so this is the only evidence of what runs at that size tolerate.
+  Each published choice at ≥175B lies inside the band fitted without it (leave-one-out, in the
+  tests).
 
 Recommendation: the geometric mean of the applicable rules' LRs (they are power laws; the mean of
-logs is the natural centre), range = [min, max] of the applicable rules. When no rule is applicable,
+logs is the natural centre), range = [min, max] of the applicable rules (the practice rule's band
+counts with its ends). When no rule is applicable,
 the geometric mean of all computed values, flagged. A rule leaving its range changes the set being
 averaged, which could make the answer jump up with size (Kaplan's fit dropping out at 1e10 did:
 1.06e-4 at 10B, 1.94e-4 at 15B). All three sources agree that the peak LR falls as models grow, so
@@ -33,6 +41,7 @@ to 10%; Chinchilla's 10× decay) unless asked otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +51,7 @@ from service.domain.schedules import ScheduleSpec
 
 __all__ = [
     "GPT3_TABLE",
+    "LARGE_DENSE_RUNS",
     "LrAdvice",
     "LrRule",
     "WarmupAdvice",
@@ -53,6 +63,7 @@ __all__ = [
     "gpt3_batch_tokens",
     "gpt3_lr",
     "kaplan_lr",
+    "practice_lr",
 ]
 
 
@@ -77,6 +88,30 @@ GPT3_TABLE: tuple[Gpt3Row, ...] = (
     Gpt3Row(13e9, 40, 5120, 40, 2e6, 1.0e-4),
     Gpt3Row(175e9, 96, 12288, 96, 3.2e6, 0.6e-4),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRun:
+    name: str
+    params: float
+    peak_lr: float
+
+
+#: Peak LRs of published dense pre-training runs with AdamW at 69B–530B parameters (PaLM's
+#: Adafactor and MoE runs such as DeepSeek-V3 are left out: their LRs are on another scale).
+LARGE_DENSE_RUNS: tuple[PublishedRun, ...] = (
+    PublishedRun("Llama 2 70B, Touvron et al. 2023 Table 1", 69e9, 1.5e-4),
+    PublishedRun("Chinchilla 70B, Hoffmann et al. 2022 Table 4", 70e9, 1.0e-4),
+    PublishedRun("Llama 3 70B, Meta 2024 model card", 70.6e9, 1.5e-4),
+    PublishedRun("GPT-3 175B, Brown et al. 2020 Table 2.1", 175e9, 0.6e-4),
+    PublishedRun("OPT-175B, Zhang et al. 2022 Table 1", 175e9, 1.2e-4),
+    PublishedRun("BLOOM 176B, BigScience 2022 Table 3", 176e9, 0.6e-4),
+    PublishedRun("Gopher 280B, Rae et al. 2021 Table 1", 280e9, 0.4e-4),
+    PublishedRun("Llama 3 405B, Dubey et al. 2024 §3.4.1", 405e9, 0.8e-4),
+    PublishedRun("MT-NLG 530B, Smith et al. 2022 §3.2", 530e9, 0.5e-4),
+)
+#: The practice band: ±2 standard deviations of the fit's log residuals (a ~95% interval).
+PRACTICE_BAND_SIGMAS = 2.0
 #: Kaplan et al. 2020 Eq. D.1 coefficients and the size above which the paper says it breaks down.
 KAPLAN_LR_INTERCEPT, KAPLAN_LR_SLOPE = 0.003239, 0.0001395
 KAPLAN_LR_MIN_PARAMS, KAPLAN_LR_MAX_PARAMS = 768.0, 1.5e9  # Kaplan et al. 2020 §2: the models fitted
@@ -98,12 +133,14 @@ DEFAULT_FLOOR_RATIO = 0.1
 
 @dataclass(frozen=True, slots=True)
 class LrRule:
-    rule: str  # "gpt3" | "kaplan" | "deepseek"
+    rule: str  # "gpt3" | "kaplan" | "deepseek" | "practice"
     source: str
     lr: float | None
     applicable: bool
     extrapolated: bool
     note: str
+    #: The spread of the choices the rule was fitted on, where it has one (the practice rule).
+    band: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +231,41 @@ def kaplan_lr(non_embedding_params: float) -> LrRule:
     return LrRule("kaplan", "Kaplan et al. 2020 Eq. D.1", value, True, False, "N taken as non-embedding")
 
 
+def practice_lr(params: float, runs: tuple[PublishedRun, ...] = LARGE_DENSE_RUNS) -> LrRule:
+    """The power law through published large dense runs' peak LRs (module docstring), with its band."""
+    n = _positive(params, "params")
+    if len(runs) < 3 or len({r.params for r in runs}) < 2:
+        raise InvalidInput("the practice rule needs at least three runs at two sizes", field="runs")
+    xs = [math.log(r.params) for r in runs]
+    ys = [math.log(r.peak_lr) for r in runs]
+    mean_x, mean_y = math.fsum(xs) / len(xs), math.fsum(ys) / len(ys)
+    slope = math.fsum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / math.fsum(
+        (x - mean_x) ** 2 for x in xs
+    )
+    residuals = [y - (mean_y + slope * (x - mean_x)) for x, y in zip(xs, ys, strict=True)]
+    sigma = math.sqrt(math.fsum(r * r for r in residuals) / (len(runs) - 2))
+    value = math.exp(mean_y + slope * (math.log(n) - mean_x))
+    spread = math.exp(PRACTICE_BAND_SIGMAS * sigma)
+    smallest, largest = min(r.params for r in runs), max(r.params for r in runs)
+    inside = smallest <= n <= largest
+    note = (
+        f"power law N^{slope:.2f} through {len(runs)} published dense runs of "
+        f"{smallest / 1e9:.0f}B–{largest / 1e9:.0f}B, band ×/÷ {spread:.2f} (±2σ)"
+    )
+    if not inside:
+        note += "; outside those sizes: shown, not used"
+    return LrRule(
+        "practice",
+        "published peak LRs of large dense AdamW runs (Llama 2/3, Chinchilla, GPT-3, OPT, BLOOM, "
+        "Gopher, MT-NLG)",
+        value,
+        inside,
+        not inside,
+        note,
+        (value / spread, value * spread),
+    )
+
+
 def deepseek_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> float:
     """DeepSeek LLM Eq. 2: M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq (no embedding)."""
     for name, v in (("n_layers", n_layers), ("d_model", d_model), ("seq_len", seq_len)):
@@ -226,13 +298,13 @@ def deepseek_batch_tokens(compute_flops: float) -> float:
     return DEEPSEEK_BATCH_COEFF * _positive(compute_flops, "compute_flops") ** DEEPSEEK_BATCH_EXP
 
 
-def _combine(n: float, c: float | None, c_note: str, size_note: str) -> tuple[list[LrRule], float, str]:
+def _combine(
+    n: float, c: float | None, c_note: str, size_note: str, runs: tuple[PublishedRun, ...]
+) -> tuple[list[LrRule], float, str]:
     """The rules at size ``n`` (and budget ``c``) and their geometric mean (module docstring)."""
-    g = gpt3_lr(n)
-    k = kaplan_lr(n)
     rules = [
-        LrRule(g.rule, g.source, g.lr, g.applicable, g.extrapolated, g.note + size_note),
-        LrRule(k.rule, k.source, k.lr, k.applicable, k.extrapolated, k.note + size_note),
+        dataclasses.replace(rule, note=rule.note + size_note)
+        for rule in (gpt3_lr(n), kaplan_lr(n), practice_lr(n, runs))
     ]
     if c is not None:
         inside = DEEPSEEK_VALID_FLOPS[0] <= c <= DEEPSEEK_VALID_FLOPS[1]
@@ -272,7 +344,9 @@ def _warmup(total_steps: int | None, batch_tokens: float | None) -> WarmupAdvice
     return WarmupAdvice(steps, steps / total_steps, why)
 
 
-def _envelope_sizes(n: float, c: float | None, budget_power: int) -> list[float]:
+def _envelope_sizes(
+    n: float, c: float | None, budget_power: int, runs: tuple[PublishedRun, ...]
+) -> list[float]:
     """The smaller sizes whose recommendation can be the lowest of all sizes below ``n``: just below
     each size where a rule enters or leaves its range. Between two such sizes the set of rules averaged
     is fixed and every rule falls with size (GPT-3's table, Kaplan's Eq. D.1 and DeepSeek's
@@ -284,6 +358,8 @@ def _envelope_sizes(n: float, c: float | None, budget_power: int) -> list[float]
         math.exp(KAPLAN_LR_INTERCEPT / KAPLAN_LR_SLOPE),  # Eq. D.1 reaches zero
         GPT3_MIN_PARAMS,
         GPT3_MAX_PARAMS,
+        min(r.params for r in runs),
+        max(r.params for r in runs),
     ]
     if c is not None:  # where the budget, scaled with the size, crosses DeepSeek's range
         boundaries += [n * (bound / c) ** (1 / budget_power) for bound in DEEPSEEK_VALID_FLOPS]
@@ -302,6 +378,7 @@ def advise_lr(
     batch_tokens: float | None = None,
     total_steps: int | None = None,
     floor_ratio: float = DEFAULT_FLOOR_RATIO,
+    practice_runs: tuple[PublishedRun, ...] = LARGE_DENSE_RUNS,
 ) -> LrAdvice:
     """Each rule's peak LR, a recommendation (geometric mean of the applicable rules), warmup, floor,
     and a ``ScheduleSpec`` dict (cosine to the floor) for the schedules endpoint.
@@ -309,7 +386,8 @@ def advise_lr(
     Give ``params``, or ``compute_flops``, or ``params`` + ``tokens`` (C from DeepSeek's M when
     ``n_layers``, ``d_model``, ``seq_len`` are given). ``params`` are used as Kaplan's non-embedding
     N. With only a budget, the size is the 20-tokens-per-parameter optimum N = √(C/120) (noted).
-    ``total_steps`` defaults to tokens / batch_tokens when both are known.
+    ``total_steps`` defaults to tokens / batch_tokens when both are known. ``practice_runs`` is the
+    practice rule's table (the tests leave a run out to check the rule on it).
     """
     if params is None and compute_flops is None:
         raise InvalidInput("Give params, or compute_flops, or params and tokens.", field="params")
@@ -331,18 +409,19 @@ def advise_lr(
         assert c is not None
         n = math.sqrt(c / 120)  # Hoffmann et al. 2022: ~20 tokens per parameter, C = 6·N·20N
         size_note = f"; params assumed compute-optimal (20 tokens/param): {n:.4g}"
-    rules, rec, how = _combine(n, c, c_note, size_note)
-    usable = [r.lr for r in rules if r.applicable and r.lr is not None] or [
-        r.lr for r in rules if r.lr is not None
+    rules, rec, how = _combine(n, c, c_note, size_note, practice_runs)
+    counted = [r for r in rules if r.applicable and r.lr is not None] or [
+        r for r in rules if r.lr is not None
     ]
-    lr_range = (min(usable), max(usable))
+    ends = [end for r in counted for end in (r.band or (r.lr, r.lr)) if end is not None]
+    lr_range = (min(ends), max(ends))
     # The monotone cap: no smaller model at the same token budget (or, with only a budget, at its
     # own compute-optimal budget) gets a lower LR.
     capped_at: float | None = None
     budget_power = 2 if params is None else 1
-    for smaller in _envelope_sizes(n, c, budget_power):
+    for smaller in _envelope_sizes(n, c, budget_power, practice_runs):
         c_small = None if c is None else c * (smaller / n) ** budget_power
-        _, value, _ = _combine(smaller, c_small, c_note, size_note)
+        _, value, _ = _combine(smaller, c_small, c_note, size_note, practice_runs)
         if value < rec:
             rec, capped_at = value, smaller
     if capped_at is not None:

@@ -65,7 +65,11 @@ def test_gpt3_175b_gets_its_published_peak_lr_of_0_6e_4(client: TestClient) -> N
     # Kaplan Eq. D.1 goes negative at this size: no value, not applicable, and it says so.
     kaplan = rules(answer)["kaplan"]
     assert kaplan["peak_lr"] is None and not kaplan["applicable"]
-    assert answer["recommended_peak_lr"] == pytest.approx(0.6e-4)
+    # With no budget the two size rules count: GPT-3's row and the published large runs' power law.
+    practice = rules(answer)["practice"]
+    assert practice["applicable"]
+    assert answer["recommended_peak_lr"] == pytest.approx(math.sqrt(0.6e-4 * practice["peak_lr"]))
+    assert answer["peak_lr_low"] == pytest.approx(practice["peak_lr_low"])
 
 
 @pytest.mark.parametrize(("params", "lr"), [(125e6, 6.0e-4), (1.3e9, 2.0e-4), (13e9, 1.0e-4)])

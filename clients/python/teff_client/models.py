@@ -656,6 +656,8 @@ class LrRuleRead(TypedDict, total=False):
     rule: Required[str]
     source: Required[str]
     peak_lr: Required[float | None]
+    peak_lr_low: Required[float | None]
+    peak_lr_high: Required[float | None]
     applicable: Required[bool]
     extrapolated: Required[bool]
     note: Required[str]

@@ -72,9 +72,9 @@ def _model_size(ref: ModelRef) -> tuple[models.ModelSpec, float, str]:
     summary="Peak LR, warmup and floor for a model size or a compute budget, with the rule each comes from",
 )
 async def advise_learning_rate(body: LrAdviceRequest) -> LrAdviceRead:
-    """Each rule's peak LR (GPT-3 Table 2.1, Kaplan Eq. D.1, DeepSeek LLM Eq. 1) with its source and
-    whether it applies at this size, the recommendation (geometric mean of the applicable rules) and
-    range, warmup steps (GPT-3's 375M tokens, kept in 0.1%–1% of the steps), the floor (10% of the
+    """Each rule's peak LR (GPT-3 Table 2.1, Kaplan Eq. D.1, DeepSeek LLM Eq. 1, and at 69B–530B the
+    power law through published large dense runs with its ±2σ spread) with its source and whether it
+    applies at this size, the recommendation (geometric mean of the applicable rules) and range, warmup steps (GPT-3's 375M tokens, kept in 0.1%–1% of the steps), the floor (10% of the
     peak unless asked), and a ready body for `POST /v1/schedules/lr`.
 
     With `tokens` but no `batch_tokens` or `total_steps`, the step count uses the suggested
@@ -150,6 +150,8 @@ async def advise_learning_rate(body: LrAdviceRequest) -> LrAdviceRead:
                 rule=r.rule,
                 source=r.source,
                 peak_lr=r.lr,
+                peak_lr_low=None if r.band is None else r.band[0],
+                peak_lr_high=None if r.band is None else r.band[1],
                 applicable=r.applicable,
                 extrapolated=r.extrapolated,
                 note=r.note,

@@ -136,9 +136,14 @@ class LrAdviceRequest(ApiModel):
 
 
 class LrRuleRead(ApiModel):
-    rule: str = Field(description="gpt3 | kaplan | deepseek")
+    rule: str = Field(description="gpt3 | kaplan | deepseek | practice")
     source: str
     peak_lr: float | None = Field(description="null where the rule gives no value (needs a budget, LR ≤ 0)")
+    peak_lr_low: float | None = Field(
+        description="low end of the spread of the published choices the rule was fitted on (practice: ±2σ); "
+        "null for a rule that gives one value"
+    )
+    peak_lr_high: float | None = Field(description="high end of that spread; null as peak_lr_low")
     applicable: bool = Field(description="inside the range the rule was fitted on")
     extrapolated: bool
     note: str
@@ -153,8 +158,8 @@ class WarmupAdviceRead(ApiModel):
 class LrAdviceRead(ApiModel):
     recommended_peak_lr: float
     recommendation_rule: str = Field(description="how the recommendation combines the rules")
-    peak_lr_low: float = Field(description="lowest applicable rule")
-    peak_lr_high: float = Field(description="highest applicable rule")
+    peak_lr_low: float = Field(description="lowest applicable rule (a rule's spread counts with its ends)")
+    peak_lr_high: float = Field(description="highest applicable rule (likewise)")
     rules: list[LrRuleRead]
     parameter_count: float = Field(description="the size the rules used")
     parameter_count_basis: str
