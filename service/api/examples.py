@@ -51,7 +51,7 @@ def _add_response_examples(path: str, method: str, operation: dict[str, Any]) ->
 
 def _demo_summary(run: DemoRun) -> str:
     hardware = run.body["hardware"]
-    return f"demo: {run.body['model']['preset']} on {hardware['count']} × {hardware['accelerator']} ({run.status})"
+    return f"demo: {run.body['model']['preset']} on {hardware['device_count']} × {hardware['accelerator']} ({run.status})"
 
 
 def _run_id_examples(first: DemoRun) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def _summary(value: Any, number: int) -> str:
     hardware = value.get("hardware") or value.get("cluster")
     if isinstance(hardware, dict):
         part = hardware.get("accelerator") or (hardware.get("custom") or {}).get("name") or "custom part"
-        count = hardware.get("count") or hardware.get("device_count")
+        count = hardware.get("device_count") or hardware.get("count")
         parts.append(f"on {count} × {part}" if count else f"on {part}")
     # Then what sets this example apart: its scalar settings with their values ("kind cosine"), then
     # the names of the parts it adds ("predict", "layout").

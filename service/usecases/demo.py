@@ -150,7 +150,7 @@ def _run(
     framework, cluster, job_id, attempt = job
     body: dict[str, Any] = {
         "model": {"preset": preset},
-        "hardware": {"accelerator": accelerator, "count": count},
+        "hardware": {"accelerator": accelerator, "device_count": count},
         "precision": "bf16",
         "seq_len_tokens": seq_len,
         "global_batch_tokens": batch_tokens,

@@ -68,7 +68,7 @@ def run_body(**overrides: Any) -> dict[str, Any]:
     """A valid run description: Llama-3 8B on 64 H100s (overrides replace top-level fields)."""
     body: dict[str, Any] = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "precision": "bf16",
         "seq_len_tokens": 8192,
         "global_batch_tokens": 4_194_304,

@@ -19,7 +19,7 @@ def _mfu_body(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": {"preset": "llama3-8b"},
         "seq_len_tokens": 8192,
-        "hardware": {"accelerator": "h100-sxm", "count": 8},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 8},
         "throughput": {"tokens_per_second_per_device": 6000},
     }
     body.update(overrides)
@@ -41,7 +41,7 @@ def _assert_problem(response: Any, status: int = 422) -> dict[str, Any]:
         {"seq_len_tokens": 0},
         {"seq_len_tokens": -1},
         {"seq_len_tokens": 1.5},
-        {"hardware": {"accelerator": "h100-sxm", "count": 10**40}},
+        {"hardware": {"accelerator": "h100-sxm", "device_count": 10**40}},
         {"throughput": {"tokens_per_second": 1e-320}},
         {"throughput": {"tokens_per_second": 1e308}},
         {"model": {"dimensions": {"n_layers": 10**30, "d_model": 4096, "n_heads": 32, "vocab_size": 32000}}},
@@ -52,7 +52,7 @@ def _assert_problem(response: Any, status: int = 422) -> dict[str, Any]:
         {"parameter_count": 1e30},
         {"precision": "int3"},
         {"model": {"preset": "ламa-8b 🦙"}},
-        {"hardware": {"accelerator": "Н100 🚀", "count": 8}},
+        {"hardware": {"accelerator": "Н100 🚀", "device_count": 8}},
         {"convention": "'; DROP TABLE runs; --"},
     ],
 )

@@ -83,7 +83,7 @@ def record_run(
     predicted = predict(store_client, prediction_request(layout, batch, accelerator))
     run = store_client.create_run(
         headers,
-        hardware={"accelerator": accelerator, "count": 64},
+        hardware={"accelerator": accelerator, "device_count": 64},
         global_batch_tokens=None,
         global_batch_sequences=batch,
         parallelism=layout,
@@ -173,7 +173,7 @@ def test_a_fleet_fit_on_slower_runs_moves_predictions_to_what_was_measured(store
         json={
             "model": {"preset": "llama3-8b"},
             "seq_len_tokens": 8192,
-            "hardware": {"accelerator": "h100-sxm", "count": 64},
+            "hardware": {"accelerator": "h100-sxm", "device_count": 64},
             "tokens": 10**12,
             "predict": {"layout": LAYOUTS[0][0], "global_batch_sequences": 512, "calibration": "fleet"},
         },
@@ -213,11 +213,11 @@ def test_fewer_runs_than_the_minimum_fall_back_to_the_defaults_and_say_so(store_
         record_run(store_client, layout, batch, accelerator=accelerator)
     # Neither counts: a run without a micro-batch size, and one without measurements.
     no_micro_batch = store_client.create_run(
-        hardware={"accelerator": accelerator, "count": 64}, parallelism={"tp": 2}
+        hardware={"accelerator": accelerator, "device_count": 64}, parallelism={"tp": 2}
     )
     store_client.add(no_micro_batch["id"], [measurement(10, 300_000.0)])
     store_client.create_run(
-        hardware={"accelerator": accelerator, "count": 64},
+        hardware={"accelerator": accelerator, "device_count": 64},
         parallelism={"tp": 1, "micro_batch_sequences": 1},
     )
     forget_fits(store_client)
@@ -375,7 +375,7 @@ def test_a_run_on_a_custom_part_is_predicted_with_the_defaults_and_says_why(
 ) -> None:
     custom = {"name": "my-part", "peak_tflops": {"bf16": 400}, "memory_bytes": 96 * 2**30}
     run = store_client.create_run(
-        hardware={"custom": custom, "count": 64},
+        hardware={"custom": custom, "device_count": 64},
         global_batch_tokens=None,
         global_batch_sequences=512,
         parallelism={"tp": 1, "micro_batch_sequences": 1, "zero_stage": 1},
@@ -448,7 +448,7 @@ def test_calibration_observations_are_the_recent_measured_predictable_runs_bound
 def test_a_stored_fsdp_run_is_predicted_as_zero_3_and_missing_fields_are_named() -> None:
     spec: dict[str, Any] = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1,
                         "virtual_pipeline_stages": None, "sequence_parallel": False, "zero_stage": 0,
                         "fsdp": True, "recompute": "none"},
@@ -474,7 +474,7 @@ def test_a_stored_fsdp_run_is_predicted_as_zero_3_and_missing_fields_are_named()
 def test_a_fit_skips_runs_it_cannot_predict_and_falls_back_below_three() -> None:
     spec = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1},
         "global_batch_sequences": 512,
     }
@@ -498,7 +498,7 @@ def test_a_fit_skips_runs_it_cannot_predict_and_falls_back_below_three() -> None
 def test_fits_run_in_a_helper_process_and_survive_its_death() -> None:
     spec = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "parallelism": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "micro_batch_sequences": 1},
         "global_batch_sequences": 512,
     }

@@ -131,7 +131,7 @@ def test_the_iso_flop_curve_spends_the_budget_and_bottoms_out_at_the_optimum(cli
 def test_a_hardware_budget_is_devices_times_dense_peak_times_mfu_times_seconds(client: TestClient) -> None:
     answer = optimal(
         client,
-        hardware={"accelerator": "h100-sxm", "count": 1024},
+        hardware={"accelerator": "h100-sxm", "device_count": 1024},
         wall_clock_hours=720,
         mfu=0.4,
         fit="chinchilla",
@@ -148,7 +148,7 @@ def test_a_hardware_budget_is_devices_times_dense_peak_times_mfu_times_seconds(c
 
 def test_mfu_from_30_to_60_percent_doubles_the_compute(client: TestClient) -> None:
     answer = optimal(
-        client, hardware={"accelerator": "h100-sxm", "count": 256}, wall_clock_hours=500, mfu=0.45
+        client, hardware={"accelerator": "h100-sxm", "device_count": 256}, wall_clock_hours=500, mfu=0.45
     )
     scenarios = {s["mfu"]: s for s in answer["at_other_mfus"]}
     assert sorted(scenarios) == [0.3, 0.4, 0.45, 0.5, 0.6]
@@ -181,27 +181,30 @@ def test_a_custom_part_uses_its_own_peak(client: TestClient) -> None:
     [
         ({}, "body.total_training_flops"),
         (
-            {"total_training_flops": 1e22, "hardware": {"accelerator": "h100-sxm", "count": 8}},
+            {"total_training_flops": 1e22, "hardware": {"accelerator": "h100-sxm", "device_count": 8}},
             "body.total_training_flops",
         ),
-        ({"hardware": {"accelerator": "h100-sxm", "count": 8}, "wall_clock_hours": 10}, "body.mfu"),
-        ({"hardware": {"accelerator": "h100-sxm", "count": 8}, "mfu": 0.4}, "body.wall_clock_hours"),
+        ({"hardware": {"accelerator": "h100-sxm", "device_count": 8}, "wall_clock_hours": 10}, "body.mfu"),
+        ({"hardware": {"accelerator": "h100-sxm", "device_count": 8}, "mfu": 0.4}, "body.wall_clock_hours"),
         ({"total_training_flops": 1e22, "mfu": 0.4}, "body.mfu"),
         (
-            {"hardware": {"accelerator": "h100-sxm", "count": 8}, "wall_clock_hours": 10, "mfu": 1.5},
+            {"hardware": {"accelerator": "h100-sxm", "device_count": 8}, "wall_clock_hours": 10, "mfu": 1.5},
             "body.mfu",
         ),
-        ({"hardware": {"accelerator": "h100-sxm", "count": 8}, "wall_clock_hours": 10, "mfu": 0}, "body.mfu"),
+        (
+            {"hardware": {"accelerator": "h100-sxm", "device_count": 8}, "wall_clock_hours": 10, "mfu": 0},
+            "body.mfu",
+        ),
         ({"total_training_flops": -1}, "body.total_training_flops"),
         ({"total_training_flops": 1e22, "fit": "kaplan"}, "body.fit"),
         ({"total_training_flops": 1e22, "iso_flop_points": 2}, "body.iso_flop_points"),
         (
-            {"hardware": {"accelerator": "h900-sxm", "count": 8}, "wall_clock_hours": 10, "mfu": 0.4},
+            {"hardware": {"accelerator": "h900-sxm", "device_count": 8}, "wall_clock_hours": 10, "mfu": 0.4},
             "body.hardware.accelerator",
         ),
         (
             {
-                "hardware": {"accelerator": "a100-sxm4-80gb", "count": 8},
+                "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 8},
                 "wall_clock_hours": 10,
                 "mfu": 0.4,
                 "precision": "fp8",
@@ -217,7 +220,7 @@ def test_bad_budgets_answer_422_naming_the_field(
 
 
 def test_an_unknown_accelerator_is_an_unknown_reference_with_close_matches(client: TestClient) -> None:
-    body = {"hardware": {"accelerator": "h100-sxn", "count": 8}, "wall_clock_hours": 10, "mfu": 0.4}
+    body = {"hardware": {"accelerator": "h100-sxn", "device_count": 8}, "wall_clock_hours": 10, "mfu": 0.4}
     problem = client.post(PATH, json=body).json()
     assert problem["type"] == "/problems/unknown-reference"
     assert "h100-sxm" in problem.get("close_matches", [])
@@ -225,7 +228,7 @@ def test_an_unknown_accelerator_is_an_unknown_reference_with_close_matches(clien
 
 def test_a_precision_the_part_lacks_is_an_unsupported_precision_problem(client: TestClient) -> None:
     body = {
-        "hardware": {"accelerator": "a100-sxm4-80gb", "count": 8},
+        "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 8},
         "wall_clock_hours": 10,
         "mfu": 0.4,
         "precision": "fp8",

@@ -98,10 +98,10 @@ def _validator(component: str) -> jsonschema.Draft202012Validator:
         ("StepPredictionRequest", {**STEP_BODY, "layout": {**STEP_BODY["layout"], "first_stage_layers": 3}}),
         # exactly one throughput form
         ("MfuRequest", {"model": {"preset": "llama3-8b"}, "seq_len_tokens": 4096,
-                        "hardware": {"accelerator": "h100-sxm", "count": 8},
+                        "hardware": {"accelerator": "h100-sxm", "device_count": 8},
                         "throughput": {"tokens_per_second": 1e5, "sequences_per_second": 3.0}}),
         ("MfuRequest", {"model": {"preset": "llama3-8b"}, "seq_len_tokens": 4096,
-                        "hardware": {"accelerator": "h100-sxm", "count": 8},
+                        "hardware": {"accelerator": "h100-sxm", "device_count": 8},
                         "throughput": {"step_time_seconds": 2.0}}),
     ],
 )  # fmt: skip

@@ -67,7 +67,7 @@ def test_a_scrape_shows_fleet_quantiles_of_run_medians_and_counts(store_client: 
     store_client.add(run_ids[1], [measurement(1, 9.9e5)])
     # A group of two runs (on A100) stays below the fleet minimum: it must not be shown.
     for rate in (1.0e5, 1.1e5):
-        small = store_client.create_run(hardware={"accelerator": "a100-sxm4-80gb", "count": 64})
+        small = store_client.create_run(hardware={"accelerator": "a100-sxm4-80gb", "device_count": 64})
         store_client.add(small["id"], [measurement(1, rate)])
     finished = store_client.client.patch(
         f"/v1/runs/{run_ids[0]}", json={"status": "finished"}, headers=store_client.other

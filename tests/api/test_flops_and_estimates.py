@@ -42,7 +42,7 @@ def test_training_time_halves_from_30_to_60_percent_mfu(client: TestClient) -> N
         "/v1/estimates/training",
         json={
             "total_training_flops": 3.15e23,  # GPT-3 175B's published training compute
-            "hardware": {"accelerator": "a100-sxm4-80gb", "count": 1024},
+            "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 1024},
             "mfu": 0.3,
             "price_per_device_hour": 2.0,
         },
@@ -65,7 +65,7 @@ def test_an_estimate_from_a_model_and_a_token_budget(client: TestClient) -> None
     body = client.post(
         "/v1/estimates/training",
         json={"model": {"preset": "llama3-70b"}, "seq_len_tokens": 8192,
-              "hardware": {"accelerator": "h100-sxm", "count": 1024}, "steps": 1000, "batch_tokens": 16_777_216,
+              "hardware": {"accelerator": "h100-sxm", "device_count": 1024}, "steps": 1000, "batch_tokens": 16_777_216,
               "mfu": 0.4},
     ).json()  # fmt: skip
     assert body["total_training_flops"] == pytest.approx(
@@ -79,13 +79,13 @@ def test_an_estimate_from_a_model_and_a_token_budget(client: TestClient) -> None
         {"mfu": 1.5},
         {"mfu": 0},
         {"tokens": None, "total_training_flops": None},
-        {"hardware": {"accelerator": "h100-sxm", "count": -1}},
+        {"hardware": {"accelerator": "h100-sxm", "device_count": -1}},
     ],
 )
 def test_bad_estimate_inputs_are_422_problems(client: TestClient, change: dict[str, object]) -> None:
     request: dict[str, object] = {
         "model": {"preset": "llama3-8b"}, "seq_len_tokens": 8192,
-        "hardware": {"accelerator": "h100-sxm", "count": 8}, "tokens": 1e12, "mfu": 0.4,
+        "hardware": {"accelerator": "h100-sxm", "device_count": 8}, "tokens": 1e12, "mfu": 0.4,
     }  # fmt: skip
     request.update(change)
     request = {key: value for key, value in request.items() if value is not None}
@@ -100,7 +100,7 @@ def test_an_estimate_beyond_a_floats_range_is_a_422_naming_mfu(client: TestClien
     # The 20-minute contract fuzz's case (a 500 before): a custom part of 1 GFLOP/s, 93M devices, MFU 5e-324.
     request = {
         "convention": "6n", "precision": "fp8", "mfu": 5e-324, "total_training_flops": 860328.2330290584,
-        "hardware": {"count": 93200637, "custom": {"name": "x", "peak_tflops": {"bf16": 0.001, "fp8": 0.001}}},
+        "hardware": {"device_count": 93200637, "custom": {"name": "x", "peak_tflops": {"bf16": 0.001, "fp8": 0.001}}},
         "price_per_device_hour": 5e-324,
     }  # fmt: skip
     response = client.post("/v1/estimates/training", json=request)

@@ -32,7 +32,7 @@ def two_attempt_job(store: StoreClient) -> tuple[str, str]:
     job = {
         "cluster": "c1",
         "scheduler_job_id": "job-goodput",
-        "hardware": {"accelerator": "h100-sxm", "count": 8},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 8},
     }
     first = store.create_run(attempt=0, **job)["id"]
     second = store.create_run(attempt=1, **job)["id"]

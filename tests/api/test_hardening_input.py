@@ -382,3 +382,19 @@ def test_a_tag_is_accepted_exactly_when_the_published_schema_allows_it(store_cli
                 stripped = tag if pattern.match(blank) else tag.strip(blank)
                 assert stripped in response.json()["tags"], (tag, response.json()["tags"])
     assert disagreements == []
+
+
+@pytest.mark.parametrize("key", ["device_count", "count"])
+def test_a_device_count_past_a_32_bit_column_is_422_and_not_stored(
+    store_client: StoreClient, key: str
+) -> None:
+    # Found by the PostgreSQL contract fuzz (2026-12-06): 5,108,796,972 devices was a 500 there
+    # (`integer out of range`), stored on SQLite. The bound is cluster.device_count's.
+    hardware = {"custom": {"name": "lab", "peak_tflops": {"bf16": 900.0}}, key: 5_108_796_972}
+    response = store_client.client.post(
+        "/v1/runs", json=run_body(hardware=hardware), headers=store_client.writer
+    )
+    body = _problem(response)
+    assert body["errors"][0]["field"] in {"body.hardware.device_count", "body.hardware.count"}
+    assert "1048576" in body["errors"][0]["message"].replace(",", "").replace("_", "")
+    assert _run_count(store_client) == 0

@@ -24,7 +24,7 @@ def test_the_seed_example_140_tflops_on_an_a100_is_about_45_percent(client: Test
     body = {
         "model": {"dimensions": {"n_layers": 24, "d_model": 2048, "n_heads": 16, "vocab_size": 50304}},
         "seq_len_tokens": 2048,
-        "hardware": {"accelerator": "a100-sxm4-80gb", "count": 8},
+        "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 8},
         "throughput": {"tokens_per_second": tokens_per_second},
         "convention": "6n",
         "parameter_count": 1e9,
@@ -42,7 +42,7 @@ def test_palm_540b_reaches_46_2_percent_on_6144_tpu_v4(client: TestClient) -> No
         {
             "model": {"preset": "palm-540b"},
             "seq_len_tokens": 2048,
-            "hardware": {"accelerator": "tpu-v4", "count": 6144},
+            "hardware": {"accelerator": "tpu-v4", "device_count": 6144},
             "throughput": {"tokens_per_second": 238.3e3},
             "parameter_count": 540.35e9,
         },
@@ -66,7 +66,7 @@ def test_mpt_7b_on_8_h100_is_46_44_percent_under_the_mosaicml_form(client: TestC
         {
             "model": {"dimensions": MPT_7B_BENCHMARK},
             "seq_len_tokens": 2048,
-            "hardware": {"accelerator": "h100-sxm", "count": 8},
+            "hardware": {"accelerator": "h100-sxm", "device_count": 8},
             "throughput": {"tokens_per_second_per_device": 10_643},
             "embedding_policy": "all",
         },
@@ -88,7 +88,7 @@ def test_mt_nlg_530b_is_30_2_percent_under_the_korthikanti_form(client: TestClie
                 }
             },
             "seq_len_tokens": seq,
-            "hardware": {"accelerator": "a100-sxm4-80gb", "count": 2240},
+            "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 2240},
             "throughput": {"step_time_seconds": 60.1, "global_batch_sequences": batch},
             "convention": "megatron",
         },
@@ -125,7 +125,7 @@ def _llama_8b_request(throughput: dict[str, Any], **extra: Any) -> dict[str, Any
     return {
         "model": {"preset": "llama3-8b"},
         "seq_len_tokens": 8192,
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "throughput": throughput,
         **extra,
     }
@@ -161,7 +161,7 @@ def test_a_preset_its_dimensions_and_its_hf_config_give_the_same_mfu(client: Tes
 
 def test_a_framework_device_name_resolves_to_its_catalog_part(client: TestClient) -> None:
     answer = _mfu(client, {**_llama_8b_request({"tokens_per_second_per_device": 6000}),
-                           "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 64}})  # fmt: skip
+                           "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "device_count": 64}})  # fmt: skip
     assert answer["accelerator"]["id"] == "h100-sxm"
 
 
@@ -172,7 +172,7 @@ def test_mfu_doubles_with_throughput_and_halves_with_devices(client: TestClient)
         client,
         {
             **_llama_8b_request({"tokens_per_second": 300_000}),
-            "hardware": {"accelerator": "h100-sxm", "count": 128},
+            "hardware": {"accelerator": "h100-sxm", "device_count": 128},
         },
     )["mfu"]
     assert doubled == pytest.approx(2 * base)
@@ -212,7 +212,7 @@ def test_an_unknown_accelerator_lists_close_matches_and_never_falls_back(client:
         "/v1/mfu",
         json={
             **_llama_8b_request({"tokens_per_second": 1e5}),
-            "hardware": {"accelerator": "h100-sxn", "count": 8},
+            "hardware": {"accelerator": "h100-sxn", "device_count": 8},
         },
     )
     body = _problem(response, 422, "unknown-reference")
@@ -225,7 +225,7 @@ def test_bf16_on_a_v100_is_an_unsupported_precision(client: TestClient) -> None:
         "/v1/mfu",
         json={
             **_llama_8b_request({"tokens_per_second": 1e4}),
-            "hardware": {"accelerator": "v100-sxm2-32gb", "count": 8},
+            "hardware": {"accelerator": "v100-sxm2-32gb", "device_count": 8},
         },
     )
     _problem(response, 422, "unsupported-precision")
@@ -279,7 +279,7 @@ def test_nan_and_infinity_are_refused(client: TestClient) -> None:
     for literal in ("NaN", "Infinity"):
         raw = (
             '{"model": {"preset": "llama3-8b"}, "seq_len_tokens": 8192, '
-            '"hardware": {"accelerator": "h100-sxm", "count": 8}, "throughput": {"tokens_per_second": '
+            '"hardware": {"accelerator": "h100-sxm", "device_count": 8}, "throughput": {"tokens_per_second": '
             + literal
             + "}}"
         )
@@ -291,10 +291,10 @@ def test_nan_and_infinity_are_refused(client: TestClient) -> None:
 def test_zero_devices_is_refused(client: TestClient) -> None:
     request = {
         **_llama_8b_request({"tokens_per_second": 1e5}),
-        "hardware": {"accelerator": "h100-sxm", "count": 0},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 0},
     }
     body = _problem(client.post("/v1/mfu", json=request), 422, "validation-error")
-    assert body["errors"][0]["field"] == "body.hardware.count"
+    assert body["errors"][0]["field"] == "body.hardware.device_count"
 
 
 def test_a_batch_keeps_order_and_fails_items_on_their_own(client: TestClient) -> None:
@@ -340,3 +340,23 @@ def test_mfu_answers_are_finite_fractions(client: TestClient) -> None:
     answer = _mfu(client, _llama_8b_request({"tokens_per_second_per_device": 1}))
     assert 0 < answer["mfu"] <= answer["hfu"] <= 1 and math.isfinite(answer["mfu"])
     assert answer["band"] == "below_typical"
+
+
+def test_the_old_name_count_is_still_read_and_means_device_count(client: TestClient) -> None:
+    # hardware.count was renamed device_count (one name per concept: cluster.device_count, the runs'
+    # device_count); requests written before keep working and get the same answer.
+    base = {
+        "model": {"preset": "llama3-8b"},
+        "seq_len_tokens": 8192,
+        "throughput": {"tokens_per_second_per_device": 9000.0},
+    }
+    new = client.post("/v1/mfu", json={**base, "hardware": {"accelerator": "h100-sxm", "device_count": 8}})
+    old = client.post("/v1/mfu", json={**base, "hardware": {"accelerator": "h100-sxm", "count": 8}})
+    assert new.status_code == old.status_code == 200
+    assert old.json() == new.json()
+    both = client.post(
+        "/v1/mfu", json={**base, "hardware": {"accelerator": "h100-sxm", "device_count": 8, "count": 8}}
+    )
+    body = _problem(both, 422, "validation-error")
+    assert body["errors"][0]["field"] == "body.hardware.count"
+    assert "device_count" in body["errors"][0]["message"]

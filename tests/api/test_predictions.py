@@ -381,7 +381,7 @@ def estimate(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": {"preset": "llama3-70b"},
         "seq_len_tokens": 8192,
-        "hardware": {"accelerator": "h100-sxm", "count": 1024},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
         "tokens": 15e12,
         "predict": {
             "layout": {"tp": 8, "pp": 4, "virtual_stages": 5, "dp": 32, "distributed_optimizer": True},

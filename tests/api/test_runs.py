@@ -111,8 +111,11 @@ def test_a_custom_accelerator_run_uses_its_given_peak(store_client: StoreClient)
         ({"global_batch_sequences": 512}, "body"),
         ({"scheduler_job_id": "job-x", "cluster": None}, "body"),
         ({"model": {"preset": "llama-9000"}}, "body.model.preset"),
-        ({"hardware": {"accelerator": "h1000", "count": 64}}, "body.hardware.accelerator"),
-        ({"precision": "fp8", "hardware": {"accelerator": "a100-sxm4-80gb", "count": 64}}, "body.precision"),
+        ({"hardware": {"accelerator": "h1000", "device_count": 64}}, "body.hardware.accelerator"),
+        (
+            {"precision": "fp8", "hardware": {"accelerator": "a100-sxm4-80gb", "device_count": 64}},
+            "body.precision",
+        ),
         ({"tags": ["ok", "has,comma"]}, "body.tags[1]"),
         ({"started_at": "2026-12-02T10:00:00"}, "body.started_at"),
         ({"unknown_field": 1}, "body.unknown_field"),
@@ -713,7 +716,7 @@ def fleet_of_runs(store_client: StoreClient) -> dict[str, dict[str, Any]]:
             tags=["pretrain"],
         ),
         "a100_8b": store_client.create_run(
-            hardware={"accelerator": "NVIDIA A100-SXM4-80GB", "count": 64},
+            hardware={"accelerator": "NVIDIA A100-SXM4-80GB", "device_count": 64},
             started_at="2026-11-10T00:00:00Z",
             cluster="us-east",
             tags=["ablation"],
@@ -1025,7 +1028,7 @@ def test_the_efficiency_chart_shows_mfu_in_percent_and_names_the_model_and_clust
 
 def test_a_comparison_is_a_chart_when_asked_for_one(store_client: StoreClient) -> None:
     a = store_client.create_run()
-    b = store_client.create_run(hardware={"accelerator": "h100-sxm", "count": 128})
+    b = store_client.create_run(hardware={"accelerator": "h100-sxm", "device_count": 128})
     store_client.add(a["id"], [measurement(s, 400_000.0) for s in (1, 2, 3)])
     store_client.add(b["id"], [measurement(s, 700_000.0) for s in (1, 2, 3)])
     body = {"run_ids": [a["id"], b["id"]]}
@@ -1047,7 +1050,7 @@ def test_a_comparison_is_a_chart_when_asked_for_one(store_client: StoreClient) -
 def test_runs_compare_side_by_side_with_their_differences_named(store_client: StoreClient) -> None:
     a = store_client.create_run(price_per_device_hour=2.5, token_budget_tokens=10**12)
     b = store_client.create_run(
-        hardware={"accelerator": "h100-sxm", "count": 128},
+        hardware={"accelerator": "h100-sxm", "device_count": 128},
         parallelism={"tp": 4},
         price_per_device_hour=2.5,
     )
@@ -1278,3 +1281,14 @@ def test_a_long_runs_buckets_grow_with_one_measurement_requests_as_with_large_on
         assert dataclasses.replace(got, mfu_sum=0.0, tokens_per_second_sum=0.0) == dataclasses.replace(
             want, mfu_sum=0.0, tokens_per_second_sum=0.0
         )
+
+
+def test_a_run_stored_with_the_old_hardware_count_reads_as_device_count() -> None:
+    # Runs created before the rename stored hardware as sent, with count.
+    from service.api.schemas.common import HardwareRead
+
+    stored = {"accelerator": "h100-sxm", "count": 64}
+    assert HardwareRead.model_validate(stored).model_dump(exclude_none=True) == {
+        "accelerator": "h100-sxm",
+        "device_count": 64,
+    }

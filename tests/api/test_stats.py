@@ -130,7 +130,7 @@ def test_a_run_without_measurements_has_no_rank_yet(store_client: StoreClient) -
 def test_models_of_other_sizes_and_parts_are_separate_groups(store_client: StoreClient) -> None:
     big = store_client.create_run(model={"preset": "llama3-70b"}, parallelism={"tp": 8})
     store_client.add(big["id"], measurement(1, 30_000.0))
-    a100 = store_client.create_run(hardware={"accelerator": "a100-sxm4-80gb", "count": 64})
+    a100 = store_client.create_run(hardware={"accelerator": "a100-sxm4-80gb", "device_count": 64})
     store_client.add(a100["id"], measurement(1, 60_000.0))
     answer = _stats(store_client)
     groups = {(g["accelerator"], g["size_class"]) for g in answer["tenant"]}

@@ -129,7 +129,7 @@ def test_report_from_a_nemo_log_gives_nemos_own_tokens_per_second(
     # NVIDIA's recipe doc: 8192 × 128 / 12.39 s = 84,631 tokens/s for this line.
     run = {
         "model": {"preset": "llama3-70b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "seq_len_tokens": 8192,
         "global_batch_sequences": 128,
         "cluster": "cli",
@@ -216,7 +216,7 @@ def test_job_end_records_the_exit_code_once_and_leaves_a_self_marked_run_alone(
     base = ["--url", keyed_server.base_url, "--api-key", keyed_server.api_key]
     description = {
         "model": {"preset": "llama3.1-8b"},
-        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 8},
+        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "device_count": 8},
         "seq_len_tokens": 8192,
         "global_batch_sequences": 64,
         "cluster": "cli-test",

@@ -85,7 +85,7 @@ def test_mfu_reproduces_torchtitans_published_figure(client: Client) -> None:
         {
             "model": {"preset": "llama3.1-8b"},
             "seq_len_tokens": 8192,
-            "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 8},
+            "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "device_count": 8},
             "throughput": {"tokens_per_second_per_device": 5762},
             "embedding_policy": "exclude_input",
         }
@@ -101,7 +101,7 @@ def test_problems_arrive_as_exceptions_naming_what_to_change(
             {
                 "model": {"preset": "llama3.1-8b"},
                 "seq_len_tokens": 0,
-                "hardware": {"accelerator": "h100-sxm", "count": 8},
+                "hardware": {"accelerator": "h100-sxm", "device_count": 8},
                 "throughput": {"tokens_per_second": 1000},
             }
         )
@@ -111,7 +111,7 @@ def test_problems_arrive_as_exceptions_naming_what_to_change(
             {
                 "model": {"preset": "llama3.1-8b"},
                 "seq_len_tokens": 8192,
-                "hardware": {"accelerator": "NVIDIA H100 80GB HBM4", "count": 8},
+                "hardware": {"accelerator": "NVIDIA H100 80GB HBM4", "device_count": 8},
                 "throughput": {"tokens_per_second": 1000},
             }
         )

@@ -207,7 +207,7 @@ def test_problems_map_to_their_family(status: int, slug: str, expected: type[err
         status,
         slug,
         "change this",
-        errors=[{"field": "body.hardware.count", "message": "must be > 0", "code": "greater_than"}],
+        errors=[{"field": "body.hardware.device_count", "message": "must be > 0", "code": "greater_than"}],
         request_id="req-1",
         existing_run_id="run_9",
     )
@@ -221,7 +221,7 @@ def test_problems_map_to_their_family(status: int, slug: str, expected: type[err
         "change this",
         "req-1",
     )
-    assert error.fields == ["body.hardware.count"] and error.errors[0].code == "greater_than"
+    assert error.fields == ["body.hardware.device_count"] and error.errors[0].code == "greater_than"
     if isinstance(error, errors.Conflict):
         assert error.existing_run_id == "run_9"
 

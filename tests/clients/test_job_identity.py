@@ -29,7 +29,7 @@ def test_a_restarted_job_resumes_its_running_run_and_starts_the_next_attempt_aft
 ) -> None:
     run = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "seq_len_tokens": 8192,
         "global_batch_tokens": 1048576,
         "cluster": "identity",

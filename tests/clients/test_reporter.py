@@ -214,7 +214,7 @@ def check_outage(client: Client, restartable_server: RestartableServer, tmp_path
     # 1 Mi tokens per ~4 s step on 64 H100s: MFU about 0.13 for Llama 3 8B.
     run = {
         "model": {"preset": "llama3-8b"},
-        "hardware": {"accelerator": "h100-sxm", "count": 64},
+        "hardware": {"accelerator": "h100-sxm", "device_count": 64},
         "seq_len_tokens": 8192,
         "global_batch_tokens": 1048576,
     }

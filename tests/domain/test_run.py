@@ -76,7 +76,7 @@ def test_a_global_batch_in_tokens_has_a_sequence_count_only_when_whole() -> None
 def test_a_stored_description_reads_back_as_the_domain_objects_it_named() -> None:
     spec = {
         "model": {"preset": "llama2-7b"},
-        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 8},
+        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "device_count": 8},
     }
     assert stored_model(spec) == models.get_preset("llama2-7b").spec
     assert stored_accelerator(spec) == hardware.lookup_accelerator("h100-sxm")

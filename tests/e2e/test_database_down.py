@@ -40,7 +40,7 @@ STATELESS: list[tuple[str, str, dict[str, Any] | None]] = [
         "/v1/mfu",
         {
             "model": {"preset": "llama3.1-8b"},
-            "hardware": {"accelerator": "h100-sxm", "count": 8},
+            "hardware": {"accelerator": "h100-sxm", "device_count": 8},
             "precision": "bf16",
             "seq_len_tokens": 8192,
             "throughput": {"tokens_per_second_per_device": 5762},

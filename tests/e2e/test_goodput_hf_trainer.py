@@ -100,7 +100,7 @@ def test_a_killed_and_resumed_trainer_run_has_the_goodput_it_measured(tmp_path: 
         job = {
             "cluster": "laptop",
             "scheduler_job_id": "hf-e2e",
-            "hardware": {"accelerator": "h100-sxm", "count": 2},
+            "hardware": {"accelerator": "h100-sxm", "device_count": 2},
         }
         first = EventReporter(store, store.create_run(attempt=0, **job)["id"], fail_at_step=FAIL_AT_STEP)
         start0 = first.post("job_started")

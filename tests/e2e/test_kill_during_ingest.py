@@ -81,7 +81,7 @@ def test_every_acknowledged_measurement_survives_a_sigkill_mid_ingest(
             "/v1/runs",
             json={
                 "model": {"preset": "llama3-8b"},
-                "hardware": {"accelerator": "h100-sxm", "count": 64},
+                "hardware": {"accelerator": "h100-sxm", "device_count": 64},
                 "seq_len_tokens": 8192,
                 "global_batch_tokens": 4_194_304,
                 "cluster": "e2e",

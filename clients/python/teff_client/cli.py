@@ -65,7 +65,7 @@ def cmd_mfu(client: Client, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {
         "model": {"preset": args.model},
         "seq_len_tokens": args.seq_len,
-        "hardware": {"accelerator": args.hardware, "count": args.count},
+        "hardware": {"accelerator": args.hardware, "device_count": args.count},
         "precision": args.precision,
         "throughput": throughput,
     }

@@ -16,7 +16,7 @@ import httpx
 
 @dataclass(frozen=True)
 class FieldError:
-    """One offending field of a 422: ``field`` is the JSON path (``body.hardware.count``)."""
+    """One offending field of a 422: ``field`` is the JSON path (``body.hardware.device_count``)."""
 
     field: str
     message: str

@@ -484,12 +484,21 @@ class GradientNoiseIn(TypedDict, total=False):
     ema_decay: float
 
 
+class HardwareRead(TypedDict, total=False):
+    """The hardware a run was described with, in today's names (runs stored before 2026-12 said"""
+
+    accelerator: str | None
+    custom: CustomAccelerator | None
+    device_count: Required[int]
+
+
 class HardwareRef(TypedDict, total=False):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework"""
 
     accelerator: str | None
     custom: CustomAccelerator | None
-    count: Required[int]
+    device_count: int
+    count: int | None
 
 
 class InfeasibleGroupRead(TypedDict, total=False):
@@ -1586,7 +1595,7 @@ class RunRead(TypedDict, total=False):
     model_name: Required[str]
     parameters: Required[RunParameterCountsRead]
     size_class: Required[Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]]
-    hardware: Required[HardwareRef]
+    hardware: Required[HardwareRead]
     accelerator_id: Required[str]
     accelerator_name: Required[str]
     device_count: Required[int]

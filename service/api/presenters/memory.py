@@ -65,7 +65,9 @@ def layout_assumptions(given: LayoutIn) -> list[str]:
 
 def resolve_device(accelerator: str | None, custom: CustomAccelerator | None, *, field: str) -> Accelerator:
     """A catalog id / device name or a custom part (``field`` names where the request gave it)."""
-    return resolve_accelerator(HardwareRef(accelerator=accelerator, custom=custom, count=1), field=field)
+    return resolve_accelerator(
+        HardwareRef(accelerator=accelerator, custom=custom, device_count=1), field=field
+    )
 
 
 def accelerator_read(accelerator: Accelerator) -> AcceleratorUsedRead:

@@ -74,7 +74,7 @@ async def predicted_mfu(
         assert request.batch_tokens is not None
         batch, batch_field = request.batch_tokens // seq_len, "body.batch_tokens"
     fields = {
-        "device_count": "body.hardware.count",
+        "device_count": "body.hardware.device_count",
         "global_batch_sequences": batch_field,
         "optimizer": "body.predict.optimizer",
         **{
@@ -88,7 +88,7 @@ async def predicted_mfu(
     }
     cluster = make_cluster(
         accelerator,
-        device_count=request.hardware.count,
+        device_count=request.hardware.device_count,
         devices_per_node=given.devices_per_node,
         inter_node_bandwidth_bytes_per_second=given.inter_node_bandwidth_bytes_per_second,
         intra_node_bandwidth_bytes_per_second=given.intra_node_bandwidth_bytes_per_second,
@@ -182,7 +182,7 @@ async def estimate_training(request: TrainingEstimateRequest, http: Request) -> 
         "body",
         lambda: estimates.estimate_training(
             accelerator=accelerator,
-            device_count=request.hardware.count,
+            device_count=request.hardware.device_count,
             precision=request.precision,
             mfu=job_mfu,
             total_training_flops=request.total_training_flops,

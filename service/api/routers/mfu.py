@@ -41,7 +41,7 @@ def mfu_answer(request: MfuRequest) -> MfuRead:
             spec,
             request.seq_len_tokens,
             accelerator=accelerator,
-            device_count=request.hardware.count,
+            device_count=request.hardware.device_count,
             precision=request.precision,
             throughput=throughput,
             convention=request.convention,

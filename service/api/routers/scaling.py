@@ -109,7 +109,7 @@ async def compute_optimal_size(body: ComputeOptimalRequest) -> ComputeOptimalRea
         accelerator = resolve_accelerator(body.hardware)
         precision, hours, given_mfu = body.precision, body.wall_clock_hours, body.mfu
         peak = with_field_prefix("body", lambda: hardware.peak_flops(accelerator, precision))
-        devices = body.hardware.count
+        devices = body.hardware.device_count
         seconds = hours * SECONDS_PER_HOUR
         hardware_budget = (devices, peak, seconds)
         compute = with_field_prefix(

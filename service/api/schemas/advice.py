@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from service.api.schemas.common import ApiModel, ModelRef
+from service.api.schemas.fields import field_error
 from service.api.schemas.rules import (
     RULE_IN_DESCRIPTION,
     absent,
@@ -21,7 +22,7 @@ from service.api.schemas.rules import (
     only_with,
     states,
 )
-from service.api.schemas.schedules import LrScheduleRequest, field_error
+from service.api.schemas.schedules import LrScheduleRequest
 
 __all__ = [
     "BatchAdviceRead",

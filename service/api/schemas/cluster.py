@@ -13,7 +13,7 @@ from service.api.schemas.common import (
     ApiModel,
     CustomAccelerator,
 )
-from service.api.schemas.fields import MAX_DEVICES, Bandwidth, Text
+from service.api.schemas.fields import Bandwidth, DeviceCount, Text
 from service.api.schemas.rules import exactly_one, states
 
 
@@ -40,7 +40,7 @@ class ClusterIn(ApiModel):
         default=None, min_length=1, max_length=100, description="catalog id or framework device name"
     )
     custom: CustomAccelerator | None = None
-    device_count: Annotated[int, Field(ge=1, le=MAX_DEVICES)] = Field(description="devices in the job")
+    device_count: DeviceCount = Field(description="devices in the job")
     devices_per_node: Annotated[int, Field(ge=1, le=1024)] = Field(
         default=8, description="devices sharing the intra-node link (NVLink domain)"
     )

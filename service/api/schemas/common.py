@@ -15,7 +15,15 @@ from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
 from pydantic_core import core_schema
 
 from service.api.schemas import rules
-from service.api.schemas.fields import Bandwidth, JsonObject, StrictFloat, StrictInt, Text
+from service.api.schemas.fields import (
+    Bandwidth,
+    DeviceCount,
+    JsonObject,
+    StrictFloat,
+    StrictInt,
+    Text,
+    field_error,
+)
 from service.api.schemas.rules import exactly_one, exactly_one_with, states
 
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
@@ -131,20 +139,68 @@ class CustomAccelerator(ApiModel):
     tdp_watts: PositiveFloat | None = None
 
 
-@states(exactly_one("accelerator", "custom"))
+@states(exactly_one("accelerator", "custom"), exactly_one("device_count", "count"))
 class HardwareRef(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
-    reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``."""
+    reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``, and the job's ``device_count`` (the name
+    ``cluster`` and every answer use; ``count``, its name here before 2026-12, is still read)."""
 
     accelerator: Text | None = Field(default=None, min_length=1, max_length=100)
     custom: CustomAccelerator | None = None
-    count: PositiveInt = Field(description="devices in the job, as the framework counts devices")
+    # Bounded like cluster.device_count: PostgreSQL stores it in a 32-bit integer (a fuzz found 5.1e9
+    # answered 500 there, stored on SQLite).
+    device_count: DeviceCount = Field(description="devices in the job, as the framework counts devices")
+    count: DeviceCount | None = Field(
+        default=None,
+        description="deprecated: the old name of device_count (give one of the two)",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("count") is not None:
+            if data.get("device_count") is not None:
+                raise field_error("count", "count is the old name of device_count: give only device_count")
+            data = {**data, "device_count": data["count"], "count": None}
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # device_count is required unless the old count is given (the exactly_one rule says so).
+        json_schema = super().__get_pydantic_json_schema__(schema, handler)
+        target = handler.resolve_ref_schema(json_schema)
+        required = [name for name in target.get("required", []) if name != "device_count"]
+        if required:
+            target["required"] = required
+        else:
+            target.pop("required", None)
+        return json_schema
 
     @model_validator(mode="after")
     def _exactly_one(self) -> HardwareRef:
         if (self.accelerator is None) == (self.custom is None):
             raise ValueError("give exactly one of accelerator (id or device name) or custom")
         return self
+
+
+class HardwareRead(ApiModel):
+    """The hardware a run was described with, in today's names (runs stored before 2026-12 said
+    ``count``; they read as ``device_count``)."""
+
+    accelerator: str | None = None
+    custom: CustomAccelerator | None = None
+    device_count: int = Field(description="devices in the job, as the framework counts devices")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_old_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "count" in data and "device_count" not in data:
+            data = {**data, "device_count": data["count"]}
+            del data["count"]
+        return data
 
 
 @states(

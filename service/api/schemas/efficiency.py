@@ -19,7 +19,7 @@ from service.api.schemas.common import (
     RecomputeName,
     ThroughputIn,
 )
-from service.api.schemas.fields import MAX_GLOBAL_BATCH_SEQUENCES
+from service.api.schemas.fields import MAX_GLOBAL_BATCH_SEQUENCES, field_error
 from service.api.schemas.performance import PredictionSummaryRead, PredictMfuIn
 from service.api.schemas.rules import (
     RULE_IN_DESCRIPTION,
@@ -32,7 +32,6 @@ from service.api.schemas.rules import (
     only_with,
     states,
 )
-from service.api.schemas.schedules import field_error
 
 CONVENTION_FIELD: Any = Field(
     default="palm",
@@ -105,7 +104,7 @@ class MfuRequest(ApiModel):
                 {
                     "model": {"preset": "llama3.1-8b"},
                     "seq_len_tokens": 8192,
-                    "hardware": {"accelerator": "h100-sxm", "count": 8},
+                    "hardware": {"accelerator": "h100-sxm", "device_count": 8},
                     "precision": "bf16",
                     "throughput": {"tokens_per_second_per_device": 5762},
                     "recompute": "none",
@@ -174,13 +173,13 @@ class MfuBatchRequest(ApiModel):
                         {
                             "model": {"preset": "llama3-70b"},
                             "seq_len_tokens": 8192,
-                            "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "count": 512},
+                            "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "device_count": 512},
                             "throughput": {"step_time_seconds": 8.0, "global_batch_sequences": 512},
                         },
                         {
                             "model": {"preset": "llama3-8b"},
                             "seq_len_tokens": 8192,
-                            "hardware": {"accelerator": "h100-sxm", "count": 8},
+                            "hardware": {"accelerator": "h100-sxm", "device_count": 8},
                             "throughput": {"tokens_per_second": 48000},
                         },
                     ]
@@ -236,7 +235,7 @@ class TrainingEstimateRequest(ApiModel):
                 {
                     "model": {"preset": "llama3-70b"},
                     "seq_len_tokens": 8192,
-                    "hardware": {"accelerator": "h100-sxm", "count": 1024},
+                    "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
                     "tokens": 15.0e12,
                     "mfu": 0.4,
                     "price_per_device_hour": 2.5,
@@ -244,7 +243,7 @@ class TrainingEstimateRequest(ApiModel):
                 {
                     "model": {"preset": "llama3-70b"},
                     "seq_len_tokens": 8192,
-                    "hardware": {"accelerator": "h100-sxm", "count": 1024},
+                    "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
                     "tokens": 15.0e12,
                     "predict": {
                         "layout": {
@@ -261,7 +260,7 @@ class TrainingEstimateRequest(ApiModel):
                 {
                     "model": {"preset": "llama3-8b"},
                     "seq_len_tokens": 8192,
-                    "hardware": {"accelerator": "h100-sxm", "count": 64},
+                    "hardware": {"accelerator": "h100-sxm", "device_count": 64},
                     "steps": 100_000,
                     "batch_tokens": 4_194_304,
                     "predict": {"inter_node_bandwidth_bytes_per_second": 50e9},

@@ -15,8 +15,9 @@ from pydantic import (
     BeforeValidator,
     Field,
     Strict,
+    ValidationError,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.api.schemas.rules import RULE_IN_DESCRIPTION
 
@@ -112,6 +113,8 @@ UtcDatetime = Annotated[
 
 #: Largest cluster a request may describe (devices).
 MAX_DEVICES = 1_048_576
+#: A job's device count, wherever a request gives one (PostgreSQL keeps it in a 32-bit integer).
+DeviceCount = Annotated[int, Field(ge=1, le=MAX_DEVICES)]
 #: Largest global batch in sequences (bounds the planner's micro-batch enumeration).
 MAX_GLOBAL_BATCH_SEQUENCES = 16_777_216
 
@@ -158,3 +161,12 @@ PRECISION_FIELD: Any = Field(
     description="training precision: the dense peak MFU is against, and the activation width (fp32/tf32: 4 "
     "bytes, fp64: 8, otherwise 2; FP8 runs keep BF16 activations)",
 )
+
+
+def field_error(field: str, message: str, *, code: str = "value_error") -> ValidationError:
+    """A validation error located at ``field`` (raise it from a ``model_validator`` so the problem's
+    ``errors[0].field`` names the field to change, not just ``body``). ``message`` must not hold braces."""
+    return ValidationError.from_exception_data(
+        "request",
+        [InitErrorDetails(type=PydanticCustomError(code, message), loc=tuple(field.split(".")), input=None)],
+    )

@@ -36,6 +36,7 @@ from service.api.schemas.fields import (
     SelectivePolicyName,
     ZeroStage,
     ZeroStageAlias,
+    field_error,
 )
 from service.api.schemas.rules import (
     RULE_IN_DESCRIPTION,
@@ -46,7 +47,6 @@ from service.api.schemas.rules import (
     not_both,
     states,
 )
-from service.api.schemas.schedules import field_error
 from service.domain.parallel_layout import with_current_names
 
 

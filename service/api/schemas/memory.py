@@ -24,10 +24,10 @@ from service.api.schemas.fields import (
     PRECISION_FIELD,
     GlobalBatchSequences,
     OptimizerName,
+    field_error,
 )
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.rules import given, implies, inside, states
-from service.api.schemas.schedules import field_error
 
 
 class OptimizerRead(ApiModel):

@@ -20,12 +20,12 @@ from service.api.schemas.fields import (
     Bandwidth,
     GlobalBatchSequences,
     OptimizerName,
+    field_error,
 )
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.plans import PlanConstraintsIn
 from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.rules import not_both, states
-from service.api.schemas.schedules import field_error
 
 
 class PredictionSummaryRead(ApiModel):
@@ -53,7 +53,7 @@ class PredictMfuIn(ApiModel):
     predicted; without it the planner's fastest layout is (``constraints`` narrow its search)."""
 
     layout: LayoutIn | None = Field(
-        default=None, description="tp·pp·dp·cp = hardware.count; omitted: the planner's best layout"
+        default=None, description="tp·pp·dp·cp = hardware.device_count; omitted: the planner's best layout"
     )
     constraints: PlanConstraintsIn | None = Field(default=None, description="planner constraints (no layout)")
     devices_per_node: Annotated[int, Field(ge=1, le=1024)] = 8

@@ -33,6 +33,7 @@ from service.api.schemas.fields import (
     ParallelSize,
     SelectivePolicyName,
     ZeroStage,
+    field_error,
 )
 from service.api.schemas.layout import LayoutRead
 from service.api.schemas.predictions import (
@@ -42,7 +43,6 @@ from service.api.schemas.predictions import (
     BreakdownComponentName,
 )
 from service.api.schemas.rules import RULE_IN_DESCRIPTION, given, implies, inside, states
-from service.api.schemas.schedules import field_error
 
 
 @states(

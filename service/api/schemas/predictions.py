@@ -28,11 +28,11 @@ from service.api.schemas.fields import (
     PRECISION_FIELD,
     GlobalBatchSequences,
     OptimizerName,
+    field_error,
 )
 from service.api.schemas.layout import LayoutIn, LayoutRead
 from service.api.schemas.memory import MemorySummaryRead
 from service.api.schemas.rules import RULE_IN_DESCRIPTION, exactly_one, states
-from service.api.schemas.schedules import field_error
 
 BreakdownComponentName = Literal[
     "ideal_matmul",

@@ -17,6 +17,7 @@ from service.api.schemas.calibration import CalibrationRead
 from service.api.schemas.common import (
     ApiModel,
     ConventionName,
+    HardwareRead,
     HardwareRef,
     ModelRef,
     PrecisionName,
@@ -56,7 +57,7 @@ MAX_TAGS = 50
 
 _CREATE_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "llama3-8b"},
-    "hardware": {"accelerator": "h100-sxm", "count": 64},
+    "hardware": {"accelerator": "h100-sxm", "device_count": 64},
     "precision": "bf16",
     "seq_len_tokens": 8192,
     "global_batch_tokens": 4194304,
@@ -169,7 +170,7 @@ class RunRead(ApiModel):
     model_name: str = Field(description="preset id, the dimensions' name, or the config's name")
     parameters: RunParameterCountsRead
     size_class: SizeClassName = Field(description="by total parameters: <1B, 1-10B, 10-100B, ≥100B")
-    hardware: HardwareRef = Field(description="as sent")
+    hardware: HardwareRead = Field(description="as sent, in today's names")
     accelerator_id: str = Field(description="catalog id, or `custom`")
     accelerator_name: str
     device_count: int

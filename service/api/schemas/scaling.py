@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from service.api.schemas.common import ApiModel, HardwareRef, PrecisionName
+from service.api.schemas.fields import field_error
 from service.api.schemas.rules import either, not_both, only_with, states
-from service.api.schemas.schedules import field_error
 
 __all__ = [
     "MIN_TRAINING_FLOPS",
@@ -71,13 +71,16 @@ class ComputeOptimalRequest(ApiModel):
             "examples": [
                 {"total_training_flops": 5.76e23},
                 {
-                    "hardware": {"accelerator": "h100-sxm", "count": 1024},
+                    "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
                     "wall_clock_hours": 720,
                     "mfu": 0.4,
                     "fit": "all",
                 },
                 {
-                    "hardware": {"custom": {"name": "my-npu", "peak_tflops": {"bf16": 400}}, "count": 256},
+                    "hardware": {
+                        "custom": {"name": "my-npu", "peak_tflops": {"bf16": 400}},
+                        "device_count": 256,
+                    },
                     "wall_clock_hours": 168,
                     "mfu": 0.35,
                     "fit": "epoch",

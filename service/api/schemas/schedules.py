@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import ConfigDict, Field, model_validator
 
 from service.api.schemas.common import ApiModel
+from service.api.schemas.fields import field_error
 from service.api.schemas.rules import not_both, states
 
 __all__ = [
@@ -55,15 +55,6 @@ Step = Annotated[int, Field(ge=0, le=MAX_TOTAL_STEPS * 10)]
 LearningRate = Annotated[float, Field(gt=0, le=1e3)]
 NonNegativeLr = Annotated[float, Field(ge=0, le=1e3)]
 Ratio = Annotated[float, Field(ge=0, le=1)]
-
-
-def field_error(field: str, message: str, *, code: str = "value_error") -> ValidationError:
-    """A validation error located at ``field`` (raise it from a ``model_validator`` so the problem's
-    ``errors[0].field`` names the field to change, not just ``body``). ``message`` must not hold braces."""
-    return ValidationError.from_exception_data(
-        "request",
-        [InitErrorDetails(type=PydanticCustomError(code, message), loc=tuple(field.split(".")), input=None)],
-    )
 
 
 @states(not_both("steps", "points", "every", "until_step"), not_both("points", "every"))

@@ -75,14 +75,14 @@ def _resolve_layout(
     if layout.dp is None:
         if device_count % model_parallel:
             raise InvalidInput(
-                f"tp·pp·cp = {model_parallel} does not divide hardware.count = {device_count}: "
+                f"tp·pp·cp = {model_parallel} does not divide hardware.device_count = {device_count}: "
                 "give a layout whose product divides the devices, or the device count the job uses.",
                 field="body.parallelism",
             )
         knobs["dp"] = device_count // model_parallel
     elif model_parallel * layout.dp != device_count:
         raise InvalidInput(
-            f"tp·pp·cp·dp = {model_parallel * layout.dp} but hardware.count = {device_count}: the layout "
+            f"tp·pp·cp·dp = {model_parallel * layout.dp} but hardware.device_count = {device_count}: the layout "
             "must use every device (omit dp to have it inferred).",
             field="body.parallelism.dp",
         )
@@ -106,7 +106,7 @@ def prepare_run(request: RunCreate, *, now: datetime) -> PreparedRun:
 def _prepare_run(request: RunCreate, *, now: datetime) -> PreparedRun:
     spec = resolve_model(request.model)
     accelerator = resolve_accelerator(request.hardware)
-    count = request.hardware.count
+    count = request.hardware.device_count
     layout = _resolve_layout(request.parallelism, count, spec, request.seq_len_tokens)
     seq_len = request.seq_len_tokens
     flops = flops_per_token(spec, seq_len, convention=request.convention, recompute=layout.recompute)

@@ -109,13 +109,14 @@ def hardware_ref(hardware: Mapping[str, Any] | str | None, device_count: int) ->
                 "no CUDA device: pass hardware=, e.g. {'custom': {'name': 'my-cpu', 'peak_tflops': {'fp32': 1.2}}}"
                 " (the catalog has no CPUs) or a catalog id such as 'h100-sxm'"
             )
-        return {"accelerator": name, "count": device_count}
+        return {"accelerator": name, "device_count": device_count}
     if isinstance(hardware, str):
-        return {"accelerator": hardware, "count": device_count}
+        return {"accelerator": hardware, "device_count": device_count}
     ref = dict(hardware)
     if "accelerator" not in ref and "custom" not in ref:
         ref = {"custom": ref}
-    ref.setdefault("count", device_count)
+    if "count" not in ref:  # a ref in the old name keeps it (the service reads both)
+        ref.setdefault("device_count", device_count)
     return ref
 
 
