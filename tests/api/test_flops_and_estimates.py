@@ -97,10 +97,10 @@ def test_bad_estimate_inputs_are_422_problems(client: TestClient, change: dict[s
 
 
 def test_an_estimate_beyond_a_floats_range_is_a_422_naming_mfu(client: TestClient) -> None:
-    # The 20-minute contract fuzz's case (a 500 before): a custom part of 1 GFLOP/s, 93M devices, MFU 5e-324.
+    # The 20-minute contract fuzz's case (a 500 before): a custom part of 1 GFLOP/s, 93M devices (now 1,048,576, the bound on a device count), MFU 5e-324.
     request = {
         "convention": "6n", "precision": "fp8", "mfu": 5e-324, "total_training_flops": 860328.2330290584,
-        "hardware": {"device_count": 93200637, "custom": {"name": "x", "peak_tflops": {"bf16": 0.001, "fp8": 0.001}}},
+        "hardware": {"device_count": 1_048_576, "custom": {"name": "x", "peak_tflops": {"bf16": 0.001, "fp8": 0.001}}},
         "price_per_device_hour": 5e-324,
     }  # fmt: skip
     response = client.post("/v1/estimates/training", json=request)
