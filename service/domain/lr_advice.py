@@ -42,6 +42,7 @@ to 10%; Chinchilla's 10× decay) unless asked otherwise.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -231,9 +232,10 @@ def kaplan_lr(non_embedding_params: float) -> LrRule:
     return LrRule("kaplan", "Kaplan et al. 2020 Eq. D.1", value, True, False, "N taken as non-embedding")
 
 
-def practice_lr(params: float, runs: tuple[PublishedRun, ...] = LARGE_DENSE_RUNS) -> LrRule:
-    """The power law through published large dense runs' peak LRs (module docstring), with its band."""
-    n = _positive(params, "params")
+@functools.lru_cache(maxsize=64)
+def _practice_fit(runs: tuple[PublishedRun, ...]) -> tuple[float, float, float, float]:
+    """(mean log N, mean log LR, slope, residual σ) of the least-squares fit in log–log; fitted once
+    per table, not once per size the monotone cap looks at."""
     if len(runs) < 3 or len({r.params for r in runs}) < 2:
         raise InvalidInput("the practice rule needs at least three runs at two sizes", field="runs")
     xs = [math.log(r.params) for r in runs]
@@ -243,7 +245,13 @@ def practice_lr(params: float, runs: tuple[PublishedRun, ...] = LARGE_DENSE_RUNS
         (x - mean_x) ** 2 for x in xs
     )
     residuals = [y - (mean_y + slope * (x - mean_x)) for x, y in zip(xs, ys, strict=True)]
-    sigma = math.sqrt(math.fsum(r * r for r in residuals) / (len(runs) - 2))
+    return mean_x, mean_y, slope, math.sqrt(math.fsum(r * r for r in residuals) / (len(runs) - 2))
+
+
+def practice_lr(params: float, runs: tuple[PublishedRun, ...] = LARGE_DENSE_RUNS) -> LrRule:
+    """The power law through published large dense runs' peak LRs (module docstring), with its band."""
+    n = _positive(params, "params")
+    mean_x, mean_y, slope, sigma = _practice_fit(runs)
     value = math.exp(mean_y + slope * (math.log(n) - mean_x))
     spread = math.exp(PRACTICE_BAND_SIGMAS * sigma)
     smallest, largest = min(r.params for r in runs), max(r.params for r in runs)

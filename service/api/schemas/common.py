@@ -139,6 +139,19 @@ class CustomAccelerator(ApiModel):
     tdp_watts: PositiveFloat | None = None
 
 
+def _count_as_device_count(data: Any, *, keep_old_key: bool = True) -> Any:
+    """``hardware.count`` (the name before 2026-12, in requests and stored runs) read as
+    ``device_count``; both given is an error naming ``count``."""
+    if not isinstance(data, dict) or data.get("count") is None:
+        return data
+    if data.get("device_count") is not None:
+        raise field_error("count", "count is the old name of device_count: give only device_count")
+    folded = {**data, "device_count": data["count"], "count": None}
+    if not keep_old_key:
+        del folded["count"]
+    return folded
+
+
 @states(exactly_one("accelerator", "custom"), exactly_one("device_count", "count"))
 class HardwareRef(ApiModel):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
@@ -159,11 +172,7 @@ class HardwareRef(ApiModel):
     @model_validator(mode="before")
     @classmethod
     def _old_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("count") is not None:
-            if data.get("device_count") is not None:
-                raise field_error("count", "count is the old name of device_count: give only device_count")
-            data = {**data, "device_count": data["count"], "count": None}
-        return data
+        return _count_as_device_count(data)
 
     @classmethod
     def __get_pydantic_json_schema__(
@@ -197,10 +206,7 @@ class HardwareRead(ApiModel):
     @model_validator(mode="before")
     @classmethod
     def _stored_old_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "count" in data and "device_count" not in data:
-            data = {**data, "device_count": data["count"]}
-            del data["count"]
-        return data
+        return _count_as_device_count(data, keep_old_key=False)
 
 
 @states(
