@@ -97,15 +97,15 @@ def estimate_training(
     mfu: float,
     total_training_flops: float | None = None,
     model_flops_per_token: float | None = None,
-    tokens: float | None = None,
-    steps: int | None = None,
-    batch_tokens: int | None = None,
+    token_budget_tokens: float | None = None,
+    total_steps: int | None = None,
+    global_batch_tokens: int | None = None,
     price_per_device_hour: float | None = None,
 ) -> TrainingEstimate:
     """Wall-clock, device-hours, cost and energy of a training job.
 
-    Give either ``total_training_flops``, or ``model_flops_per_token`` with a token budget: ``tokens``,
-    or ``steps`` × ``batch_tokens``. ``model_flops_per_token`` is training FLOPs per token without
+    Give either ``total_training_flops``, or ``model_flops_per_token`` with a token budget:
+    ``token_budget_tokens``, or ``total_steps`` × ``global_batch_tokens``. ``model_flops_per_token`` is training FLOPs per token without
     recomputation (MFU counts model FLOPs), e.g. :attr:`FlopsBreakdown.training_flops_per_token`.
     """
     if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count <= 0:
@@ -120,7 +120,7 @@ def estimate_training(
 
     budget_tokens: float | None = None
     if total_training_flops is not None:
-        if model_flops_per_token is not None or tokens is not None or steps is not None:
+        if model_flops_per_token is not None or token_budget_tokens is not None or total_steps is not None:
             raise InvalidInput(
                 "give either total_training_flops, or model_flops_per_token with a token budget; not both.",
                 field="total_training_flops",
@@ -128,16 +128,22 @@ def estimate_training(
         total = _positive(total_training_flops, "total_training_flops")
     else:
         per_token = _positive(model_flops_per_token, "model_flops_per_token")
-        if tokens is not None:
-            if steps is not None or batch_tokens is not None:
-                raise InvalidInput("give tokens, or steps with batch_tokens; not both.", field="tokens")
-            budget_tokens = _positive(tokens, "tokens")
-        elif steps is not None or batch_tokens is not None:
-            budget_tokens = _positive(steps, "steps") * _positive(batch_tokens, "batch_tokens")
+        if token_budget_tokens is not None:
+            if total_steps is not None or global_batch_tokens is not None:
+                raise InvalidInput(
+                    "give token_budget_tokens, or total_steps with global_batch_tokens; not both.",
+                    field="token_budget_tokens",
+                )
+            budget_tokens = _positive(token_budget_tokens, "token_budget_tokens")
+        elif total_steps is not None or global_batch_tokens is not None:
+            budget_tokens = _positive(total_steps, "total_steps") * _positive(
+                global_batch_tokens, "global_batch_tokens"
+            )
         else:
             raise InvalidInput(
-                "give a token budget: tokens, or steps with batch_tokens (or total_training_flops).",
-                field="tokens",
+                "give a token budget: token_budget_tokens, or total_steps with global_batch_tokens (or "
+                "total_training_flops).",
+                field="token_budget_tokens",
             )
         total = per_token * budget_tokens
 

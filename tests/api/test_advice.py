@@ -98,7 +98,7 @@ def test_deepseek_rule_reproduces_its_published_vectors(
 
 def test_deepseek_7b_from_its_dimensions_predicts_its_published_lr(client: TestClient) -> None:
     model = {"dimensions": {"n_layers": 30, "d_model": 4096, "n_heads": 32, "vocab_size": 102_400}}
-    answer = advise_lr(client, model=model, tokens=2.0e12, seq_len_tokens=4096)
+    answer = advise_lr(client, model=model, token_budget_tokens=2.0e12, seq_len_tokens=4096)
     deepseek = rules(answer)["deepseek"]
     assert deepseek["peak_lr"] == pytest.approx(4.25e-4, rel=3e-3)  # the paper used 4.2e-4
     m = 72 * 30 * 4096**2 + 12 * 30 * 4096 * 4096
@@ -107,7 +107,7 @@ def test_deepseek_7b_from_its_dimensions_predicts_its_published_lr(client: TestC
 
 
 def test_the_recommendation_is_the_geometric_mean_of_the_applicable_rules(client: TestClient) -> None:
-    answer = advise_lr(client, parameter_count=1.3e9, tokens=26e9)
+    answer = advise_lr(client, parameter_count=1.3e9, token_budget_tokens=26e9)
     used = [r["peak_lr"] for r in answer["rules"] if r["applicable"]]
     assert len(used) == 3
     assert answer["recommended_peak_lr"] == pytest.approx(math.prod(used) ** (1 / 3))
@@ -115,7 +115,9 @@ def test_the_recommendation_is_the_geometric_mean_of_the_applicable_rules(client
 
 
 def test_warmup_stays_within_0_1_to_1_percent_of_the_steps_and_says_why(client: TestClient) -> None:
-    answer = advise_lr(client, parameter_count=1.3e9, tokens=300e9, batch_tokens=1_048_576)
+    answer = advise_lr(
+        client, parameter_count=1.3e9, token_budget_tokens=300e9, global_batch_tokens=1_048_576
+    )
     steps = math.ceil(300e9 / 1_048_576)
     assert answer["total_steps"] == steps
     warmup = answer["warmup"]
@@ -135,7 +137,7 @@ def test_the_floor_is_ten_percent_unless_asked(client: TestClient) -> None:
 
 
 def test_the_schedule_request_posts_to_the_schedules_endpoint(client: TestClient) -> None:
-    answer = advise_lr(client, model={"preset": "llama3-8b"}, tokens=1e12, seq_len_tokens=8192)
+    answer = advise_lr(client, model={"preset": "llama3-8b"}, token_budget_tokens=1e12, seq_len_tokens=8192)
     body = answer["schedule_request"]
     assert body is not None
     response = client.post(SCHEDULES, json=body)
@@ -148,7 +150,7 @@ def test_the_schedule_request_posts_to_the_schedules_endpoint(client: TestClient
 
 
 def test_without_a_batch_the_steps_come_from_the_suggested_batch(client: TestClient) -> None:
-    answer = advise_lr(client, parameter_count=1.3e9, tokens=26e9)
+    answer = advise_lr(client, parameter_count=1.3e9, token_budget_tokens=26e9)
     assert answer["batch_tokens"] == pytest.approx(answer["suggested_batch_tokens"])
     assert "suggested" in answer["batch_tokens_basis"]
     assert answer["total_steps"] == math.ceil(26e9 / answer["suggested_batch_tokens"])
@@ -174,7 +176,7 @@ def test_a_moe_model_is_sized_by_its_active_parameters(client: TestClient) -> No
     ("body", "field"),
     [
         ({}, "body.parameter_count"),
-        ({"tokens": 1e12}, "body.parameter_count"),
+        ({"token_budget_tokens": 1e12}, "body.parameter_count"),
         ({"parameter_count": 1e9, "model": {"preset": "llama3-8b"}}, "body.parameter_count"),
         ({"parameter_count": 0}, "body.parameter_count"),
         ({"parameter_count": 1e9, "min_lr_ratio": 1.5}, "body.min_lr_ratio"),
@@ -327,10 +329,10 @@ def _ramp_body() -> dict[str, Any]:
     return {
         "model": {"preset": "llama3-8b"},
         "tokens_seen": 200e9,
-        "batch_tokens": 4_194_304,
+        "global_batch_tokens": 4_194_304,
         "seq_len_tokens": 8192,
         "data_parallel_size": 64,
-        "ramp": {"tokens": 1e12},
+        "ramp": {"token_budget_tokens": 1e12},
     }
 
 
@@ -365,8 +367,8 @@ def test_without_a_layout_the_ramp_starts_at_a_32nd_of_the_final_batch(client: T
     body = {
         "model": {"preset": "llama3-8b"},
         "loss": 2.5,
-        "batch_tokens": 4_194_304,
-        "ramp": {"tokens": 1e12},
+        "global_batch_tokens": 4_194_304,
+        "ramp": {"token_budget_tokens": 1e12},
     }
     ramp = advise_batch(client, **body)["ramp"]
     # The start is 4,194,304 / 32; it doubles at once while B_crit at the fit's first 5e9 tokens is
@@ -391,10 +393,10 @@ def test_a_ramp_under_the_noise_scale_scales_the_measured_batch_with_one_over_th
     body = {
         "model": {"preset": "llama3-8b"},
         "loss": 2.5,
-        "batch_tokens": 1024,
+        "global_batch_tokens": 1024,
         "critical_batch_model": "noise_scale",
         "gradient_noise": readings,
-        "ramp": {"tokens": 1e9, "start_batch_tokens": 8},
+        "ramp": {"token_budget_tokens": 1e9, "start_batch_tokens": 8},
     }
     ramp = advise_batch(client, **body)["ramp"]
     for phase in ramp["phases"][1:]:
@@ -417,13 +419,17 @@ def test_the_ramp_draws_as_svg_and_png(client: TestClient) -> None:
 
 
 def test_a_chart_without_a_ramp_is_a_422_naming_ramp(client: TestClient) -> None:
-    response = client.post(BATCH, json={"loss": 3, "batch_tokens": 2**19}, headers={"Accept": "image/png"})
+    response = client.post(
+        BATCH, json={"loss": 3, "global_batch_tokens": 2**19}, headers={"Accept": "image/png"}
+    )
     assert problem_field(response) == "body.ramp"
     assert "ramp" in response.json()["detail"]
 
 
 def test_an_unsupported_accept_is_a_406(client: TestClient) -> None:
-    response = client.post(BATCH, json={"loss": 3, "batch_tokens": 2**19}, headers={"Accept": "text/csv"})
+    response = client.post(
+        BATCH, json={"loss": 3, "global_batch_tokens": 2**19}, headers={"Accept": "text/csv"}
+    )
     assert response.status_code == 406
     assert response.json()["type"] == "/problems/not-acceptable"
 
@@ -437,10 +443,10 @@ def test_an_unsupported_accept_is_a_406(client: TestClient) -> None:
         ({"loss": None}, "body.loss"),
         ({"loss": None, "model": {"preset": "llama3-8b"}}, "body.tokens_seen"),
         ({"tokens_seen": 1e9}, "body.model"),
-        ({"ramp": {"tokens": 1e12}}, "body.model"),
+        ({"ramp": {"token_budget_tokens": 1e12}}, "body.model"),
         ({"micro_batch_sequences": 4}, "body.seq_len_tokens"),
         ({"loss": -1.0}, "body.loss"),
-        ({"batch_tokens": 0}, "body.batch_tokens"),
+        ({"global_batch_tokens": 0}, "body.global_batch_tokens"),
         ({"critical_batch_model": "linear"}, "body.critical_batch_model"),
         ({"objective": "fewest_steps", "max_compute_overhead": 0}, "body.max_compute_overhead"),
         (
@@ -470,7 +476,7 @@ def test_an_unsupported_accept_is_a_406(client: TestClient) -> None:
         (
             {
                 "model": {"preset": "llama3-8b"},
-                "ramp": {"tokens": 1e12, "start_batch_tokens": 2e6, "max_batch_tokens": 1e6},
+                "ramp": {"token_budget_tokens": 1e12, "start_batch_tokens": 2e6, "max_batch_tokens": 1e6},
             },
             "body.ramp.max_batch_tokens",
         ),
@@ -480,7 +486,7 @@ def test_an_unsupported_accept_is_a_406(client: TestClient) -> None:
 def test_bad_batch_requests_answer_422_naming_the_field(
     client: TestClient, change: dict[str, Any], field: str
 ) -> None:
-    body = {"loss": 3.0, "batch_tokens": 1_048_576, **change}
+    body = {"loss": 3.0, "global_batch_tokens": 1_048_576, **change}
     body = {key: value for key, value in body.items() if value is not None}
     assert problem_field(client.post(BATCH, json=body)) == field
 
@@ -494,7 +500,7 @@ def test_readings_where_noise_swamps_the_difference_are_an_implausible_result(cl
     }
     response = client.post(
         BATCH,
-        json={"batch_tokens": 1e6, "critical_batch_model": "noise_scale", "gradient_noise": readings},
+        json={"global_batch_tokens": 1e6, "critical_batch_model": "noise_scale", "gradient_noise": readings},
     )
     assert problem_field(response) == "body.gradient_noise.grad_norm_sq_big"
     assert response.json()["type"] == "/problems/implausible-result"
@@ -532,7 +538,7 @@ def test_the_operations_have_readable_ids_and_the_batch_charts_are_documented(cl
 
 
 def test_a_ramp_over_one_token_answers_instead_of_a_500(client: TestClient) -> None:
-    body = {**_ramp_body(), "ramp": {"tokens": 1}}
+    body = {**_ramp_body(), "ramp": {"token_budget_tokens": 1}}
     response = client.post(BATCH, json=body)
     assert response.status_code in (200, 422), response.text
     if response.status_code == 422:
@@ -611,7 +617,7 @@ def test_a_loss_predicted_before_the_fit_s_first_tokens_is_held_there_and_said_s
 @pytest.mark.parametrize("cap", ["max_compute_overhead", "max_steps_overhead"])
 def test_a_subnormal_overhead_cap_is_refused_naming_it_not_a_500(client: TestClient, cap: str) -> None:
     """The contract fuzz sent 5e-324: B_crit / cap overflowed to infinity and rounding it was a 500."""
-    body = {"loss": 2.5, "batch_tokens": 1024, "objective": "least_compute", cap: 5e-324}
+    body = {"loss": 2.5, "global_batch_tokens": 1024, "objective": "least_compute", cap: 5e-324}
     response = client.post("/v1/advice/batch", json=body)
     assert problem_field(response) == f"body.{cap}"
 
@@ -621,13 +627,13 @@ def test_the_smallest_caps_on_a_tiny_model_are_answered(client: TestClient) -> N
         "model": {"dimensions": {"d_model": 2, "n_heads": 1, "n_layers": 1, "vocab_size": 1}},
         "loss_fit": "chinchilla_rounded",
         "tokens_seen": 1,
-        "batch_tokens": 1,
+        "global_batch_tokens": 1,
         "seq_len_tokens": 1,
         "micro_batch_sequences": 1,
         "objective": "least_compute",
         "max_steps_overhead": 1e-6,
         "max_compute_overhead": 1e-6,
-        "ramp": {"tokens": 1},
+        "ramp": {"token_budget_tokens": 1},
     }
     response = client.post("/v1/advice/batch", json=body)
     assert response.status_code in (200, 422), response.text
@@ -637,7 +643,7 @@ def test_gradient_norms_near_the_float_limit_are_refused_naming_them_not_a_500(c
     """The contract fuzz sent squared norms of 6e307: the mean and B·|G|² overflowed (a 500)."""
     body = {
         "loss": 1.9,
-        "batch_tokens": 1024,
+        "global_batch_tokens": 1024,
         "critical_batch_model": "noise_scale",
         "gradient_noise": {
             "batch_small_tokens": 1024,

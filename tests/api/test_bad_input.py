@@ -142,8 +142,8 @@ def test_a_ramp_shorter_than_one_batch_takes_one_step_not_a_500(client: TestClie
     body = {
         "model": {"preset": "llama3-8b"},
         "tokens_seen": 1e9,
-        "batch_tokens": 68_719_476_736,
-        "ramp": {"tokens": 1},
+        "global_batch_tokens": 68_719_476_736,
+        "ramp": {"token_budget_tokens": 1},
     }
     response = client.post("/v1/advice/batch", json=body)
     assert response.status_code == 200, response.text

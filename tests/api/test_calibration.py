@@ -174,7 +174,7 @@ def test_a_fleet_fit_on_slower_runs_moves_predictions_to_what_was_measured(store
             "model": {"preset": "llama3-8b"},
             "seq_len_tokens": 8192,
             "hardware": {"accelerator": "h100-sxm", "device_count": 64},
-            "tokens": 10**12,
+            "token_budget_tokens": 10**12,
             "predict": {"layout": LAYOUTS[0][0], "global_batch_sequences": 512, "calibration": "fleet"},
         },
     )

@@ -65,7 +65,7 @@ def test_an_estimate_from_a_model_and_a_token_budget(client: TestClient) -> None
     body = client.post(
         "/v1/estimates/training",
         json={"model": {"preset": "llama3-70b"}, "seq_len_tokens": 8192,
-              "hardware": {"accelerator": "h100-sxm", "device_count": 1024}, "steps": 1000, "batch_tokens": 16_777_216,
+              "hardware": {"accelerator": "h100-sxm", "device_count": 1024}, "total_steps": 1000, "global_batch_tokens": 16_777_216,
               "mfu": 0.4},
     ).json()  # fmt: skip
     assert body["total_training_flops"] == pytest.approx(
@@ -78,14 +78,14 @@ def test_an_estimate_from_a_model_and_a_token_budget(client: TestClient) -> None
     [
         {"mfu": 1.5},
         {"mfu": 0},
-        {"tokens": None, "total_training_flops": None},
+        {"token_budget_tokens": None, "total_training_flops": None},
         {"hardware": {"accelerator": "h100-sxm", "device_count": -1}},
     ],
 )
 def test_bad_estimate_inputs_are_422_problems(client: TestClient, change: dict[str, object]) -> None:
     request: dict[str, object] = {
         "model": {"preset": "llama3-8b"}, "seq_len_tokens": 8192,
-        "hardware": {"accelerator": "h100-sxm", "device_count": 8}, "tokens": 1e12, "mfu": 0.4,
+        "hardware": {"accelerator": "h100-sxm", "device_count": 8}, "token_budget_tokens": 1e12, "mfu": 0.4,
     }  # fmt: skip
     request.update(change)
     request = {key: value for key, value in request.items() if value is not None}

@@ -382,7 +382,7 @@ def estimate(**overrides: Any) -> dict[str, Any]:
         "model": {"preset": "llama3-70b"},
         "seq_len_tokens": 8192,
         "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
-        "tokens": 15e12,
+        "token_budget_tokens": 15e12,
         "predict": {
             "layout": {"tp": 8, "pp": 4, "virtual_stages": 5, "dp": 32, "distributed_optimizer": True},
             "global_batch_sequences": 512,
@@ -421,8 +421,8 @@ def test_an_estimate_without_a_layout_uses_the_planners_best(client: TestClient)
     assert body["at_given_mfu"]["mfu"] == pytest.approx(plan["candidates"][0]["mfu"])
 
 
-def test_an_estimate_takes_the_global_batch_from_batch_tokens(client: TestClient) -> None:
-    job = estimate(tokens=None, steps=1000, batch_tokens=512 * 8192,
+def test_an_estimate_takes_the_global_batch_from_global_batch_tokens(client: TestClient) -> None:
+    job = estimate(token_budget_tokens=None, total_steps=1000, global_batch_tokens=512 * 8192,
                    predict={"layout": {"tp": 8, "pp": 4, "virtual_stages": 5, "dp": 32}})  # fmt: skip
     body = client.post("/v1/estimates/training", json=job).json()
     assert body["prediction"]["global_batch_sequences"] == 512

@@ -22,7 +22,7 @@ def test_llama3_8b_on_15t_tokens() -> None:
     # 6·N·D with N = 8.03e9, D = 15e12 tokens = 7.2e23 FLOPs; 1024 H100 at 40% MFU:
     # 7.227e23 / (1024 · 989.4e12 · 0.4) = 1.783e6 s ≈ 20.6 days.
     est = estimate_training(accelerator=H100, device_count=1024, precision="bf16", mfu=0.40,
-                            model_flops_per_token=6 * 8.03e9, tokens=15e12, price_per_device_hour=2.0)  # fmt: skip
+                            model_flops_per_token=6 * 8.03e9, token_budget_tokens=15e12, price_per_device_hour=2.0)  # fmt: skip
     job = est.at_given_mfu
     assert est.total_training_flops == pytest.approx(7.227e23)
     assert job.wall_clock_seconds == pytest.approx(7.227e23 / (1024 * 989.4e12 * 0.4))
@@ -33,9 +33,9 @@ def test_llama3_8b_on_15t_tokens() -> None:
 
 def test_steps_times_batch_tokens_is_a_token_budget() -> None:
     a = estimate_training(accelerator=H100, device_count=8, precision="bf16", mfu=0.4,
-                          model_flops_per_token=1e9, steps=1000, batch_tokens=4_000_000)  # fmt: skip
+                          model_flops_per_token=1e9, total_steps=1000, global_batch_tokens=4_000_000)  # fmt: skip
     b = estimate_training(accelerator=H100, device_count=8, precision="bf16", mfu=0.4,
-                          model_flops_per_token=1e9, tokens=4e9)  # fmt: skip
+                          model_flops_per_token=1e9, token_budget_tokens=4e9)  # fmt: skip
     assert a.at_given_mfu.wall_clock_seconds == pytest.approx(b.at_given_mfu.wall_clock_seconds)
 
 
@@ -76,13 +76,13 @@ def test_a_token_budget_is_required() -> None:
         estimate_training(
             accelerator=H100, device_count=8, precision="bf16", mfu=0.4, model_flops_per_token=1e9
         )
-    assert err.value.field == "tokens"
+    assert err.value.field == "token_budget_tokens"
 
 
 def test_total_flops_and_a_token_budget_together_are_ambiguous() -> None:
     with pytest.raises(InvalidInput):
         estimate_training(accelerator=H100, device_count=8, precision="bf16", mfu=0.4, total_training_flops=1e21,
-                          model_flops_per_token=1e9, tokens=1e9)  # fmt: skip
+                          model_flops_per_token=1e9, token_budget_tokens=1e9)  # fmt: skip
 
 
 def test_an_mfu_too_small_for_a_float_to_hold_the_time_is_refused_naming_mfu() -> None:

@@ -96,7 +96,7 @@ class BatchAdviceRequest(TypedDict, total=False):
     model: ModelRef | None
     tokens_seen: float | None
     loss_fit: Literal["chinchilla_rounded", "chinchilla_unrounded", "epoch"]
-    batch_tokens: Required[float]
+    global_batch_tokens: float
     critical_batch_model: Literal["kaplan", "inverse_loss", "noise_scale", "minicpm"]
     calibration_loss: float | None
     calibration_batch_tokens: float | None
@@ -108,6 +108,7 @@ class BatchAdviceRequest(TypedDict, total=False):
     micro_batch_sequences: int | None
     data_parallel_size: int
     ramp: BatchRampIn | None
+    batch_tokens: float | None
 
 
 class BatchItemError(TypedDict, total=False):
@@ -124,9 +125,10 @@ class BatchItemError(TypedDict, total=False):
 class BatchRampIn(TypedDict, total=False):
     """A doubling batch ramp over the run: the batch doubles once the critical batch at the predicted"""
 
-    tokens: Required[float]
+    token_budget_tokens: float
     start_batch_tokens: float | None
     max_batch_tokens: float | None
+    tokens: float | None
 
 
 class BatchRampRead(TypedDict, total=False):
@@ -652,11 +654,13 @@ class LrAdviceRequest(TypedDict, total=False):
     parameter_count: float | None
     model: ModelRef | None
     total_training_flops: float | None
-    tokens: float | None
+    token_budget_tokens: float | None
     seq_len_tokens: int | None
-    batch_tokens: float | None
+    global_batch_tokens: float | None
     total_steps: int | None
     min_lr_ratio: float
+    tokens: float | None
+    batch_tokens: float | None
 
 
 class LrRuleRead(TypedDict, total=False):
@@ -1826,13 +1830,16 @@ class TrainingEstimateRequest(TypedDict, total=False):
     total_training_flops: float | None
     hardware: Required[HardwareRef]
     precision: Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
-    tokens: float | None
-    steps: int | None
-    batch_tokens: int | None
+    token_budget_tokens: float | None
+    total_steps: int | None
+    global_batch_tokens: int | None
     mfu: float | None
     predict: PredictMfuIn | None
     price_per_device_hour: float | None
     convention: Literal["palm", "6n", "kaplan", "hf_trainer", "megatron", "megatron_causal"]
+    tokens: float | None
+    steps: int | None
+    batch_tokens: int | None
 
 
 class WarmupAdviceRead(TypedDict, total=False):

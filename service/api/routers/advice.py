@@ -66,6 +66,16 @@ def _model_size(ref: ModelRef) -> tuple[models.ModelSpec, float, str]:
 # LR advice
 
 
+#: lr_advice.advise_lr's argument names → the request's fields (its errors name what to change).
+_LR_ADVICE_FIELDS = {
+    "params": "body.parameter_count",
+    "compute_flops": "body.total_training_flops",
+    "tokens": "body.token_budget_tokens",
+    "batch_tokens": "body.global_batch_tokens",
+    "floor_ratio": "body.min_lr_ratio",
+}
+
+
 @router.post(
     "/advice/lr",
     response_model=LrAdviceRead,
@@ -92,25 +102,25 @@ async def advise_learning_rate(body: LrAdviceRequest) -> LrAdviceRead:
     arguments: dict[str, Any] = {
         "params": params,
         "compute_flops": body.total_training_flops,
-        "tokens": body.tokens,
+        "tokens": body.token_budget_tokens,
         "n_layers": n_layers,
         "d_model": d_model,
         "seq_len": body.seq_len_tokens,
-        "batch_tokens": body.batch_tokens,
+        "batch_tokens": body.global_batch_tokens,
         "total_steps": body.total_steps,
         "floor_ratio": body.min_lr_ratio,
     }
-    advice = with_field_prefix("body", lambda: lr_advice.advise_lr(**arguments))
-    batch_basis: str | None = "batch_tokens as given" if body.batch_tokens is not None else None
+    advice = with_field_prefix("body", lambda: lr_advice.advise_lr(**arguments), fields=_LR_ADVICE_FIELDS)
+    batch_basis: str | None = "global_batch_tokens as given" if body.global_batch_tokens is not None else None
     if (
-        body.batch_tokens is None
+        body.global_batch_tokens is None
         and body.total_steps is None
-        and body.tokens is not None
+        and body.token_budget_tokens is not None
         and advice.batch_tokens_suggested is not None
     ):
         arguments["batch_tokens"] = advice.batch_tokens_suggested
-        batch_basis = f"the suggested batch ({advice.batch_source}); give batch_tokens to use yours"
-        advice = with_field_prefix("body", lambda: lr_advice.advise_lr(**arguments))
+        batch_basis = f"the suggested batch ({advice.batch_source}); give global_batch_tokens to use yours"
+        advice = with_field_prefix("body", lambda: lr_advice.advise_lr(**arguments), fields=_LR_ADVICE_FIELDS)
     assert advice.params is not None
 
     schedule_request: LrScheduleRequest | None = None
@@ -124,12 +134,12 @@ async def advise_learning_rate(body: LrAdviceRequest) -> LrAdviceRead:
         except ValidationError as exc:
             schedule_note = (
                 f"No schedule request: {advice.total_steps:,} steps at a peak LR of {advice.recommended_lr:.3g} "
-                f"is outside what /v1/schedules/lr answers ({exc.errors()[0]['loc'][0]}); check tokens and "
-                "batch_tokens."
+                f"is outside what /v1/schedules/lr answers ({exc.errors()[0]['loc'][0]}); check token_budget_tokens "
+                "and global_batch_tokens."
             )
     else:
         schedule_note = (
-            "No step count: give total_steps, or tokens (with batch_tokens, or the suggested "
+            "No step count: give total_steps, or token_budget_tokens (with global_batch_tokens, or the suggested "
             f"batch is used), for a ready schedule request. Warmup: {advice.warmup.warmup_fraction:.3%} "
             "of the steps."
         )
@@ -244,7 +254,7 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
     """The critical batch B_crit for the current loss (given, or predicted from `model` + `tokens_seen`
     with a Chinchilla-form fit) under `critical_batch_model`, where the current batch sits (regime, S/S_min,
     E/E_min, what doubling it would do), a batch for `objective`, gradient-accumulation steps for it
-    (with `micro_batch_sequences` and `seq_len_tokens`), and a doubling batch ramp over `ramp.tokens`.
+    (with `micro_batch_sequences` and `seq_len_tokens`), and a doubling batch ramp over `ramp.token_budget_tokens`.
 
     `Accept: image/svg+xml` or `image/png` draws the ramp (batch and critical batch vs tokens); it needs
     `ramp` in the body (422 naming `ramp` otherwise). Any other non-JSON type: 406.
@@ -307,7 +317,11 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
         )
 
     critical = with_field_prefix("body", lambda: critical_at(body.critical_batch_model, loss))
-    current = with_field_prefix("body", lambda: batch.tradeoff(body.batch_tokens, critical.batch_tokens))
+    current = with_field_prefix(
+        "body",
+        lambda: batch.tradeoff(body.global_batch_tokens, critical.batch_tokens),
+        fields={"batch_tokens": "body.global_batch_tokens"},
+    )
 
     # Batches are what the layout runs in one optimizer step: whole micro-batches on every data-parallel
     # rank (micro_batch × DP × seq_len), or whole sequences per rank without a micro-batch; the
@@ -388,12 +402,12 @@ async def advise_batch_size(body: BatchAdviceRequest, request: Request) -> Batch
                 return critical_at(model_name, at_loss).batch_tokens
 
         step = granularity or 1.0
-        max_batch = plan.max_batch_tokens or body.batch_tokens
+        max_batch = plan.max_batch_tokens or body.global_batch_tokens
         start = plan.start_batch_tokens or max(step, max_batch / 2**RAMP_DEFAULT_DOUBLINGS)
         planned = with_field_prefix(
             "body.ramp",
             lambda: batch.ramp(
-                total_tokens=plan.tokens,
+                total_tokens=plan.token_budget_tokens,
                 loss_at_tokens=loss_at_tokens,
                 critical_batch_at_loss=critical_at_loss,
                 start_batch_tokens=start,

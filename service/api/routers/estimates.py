@@ -71,8 +71,8 @@ async def predicted_mfu(
     elif given.global_batch_tokens is not None:
         batch, batch_field = given.global_batch_tokens // seq_len, "body.predict.global_batch_tokens"
     else:
-        assert request.batch_tokens is not None
-        batch, batch_field = request.batch_tokens // seq_len, "body.batch_tokens"
+        assert request.global_batch_tokens is not None
+        batch, batch_field = request.global_batch_tokens // seq_len, "body.global_batch_tokens"
     fields = {
         "device_count": "body.hardware.device_count",
         "global_batch_sequences": batch_field,
@@ -187,9 +187,9 @@ async def estimate_training(request: TrainingEstimateRequest, http: Request) -> 
             mfu=job_mfu,
             total_training_flops=request.total_training_flops,
             model_flops_per_token=model_flops_per_token,
-            tokens=request.tokens,
-            steps=request.steps,
-            batch_tokens=request.batch_tokens,
+            token_budget_tokens=request.token_budget_tokens,
+            total_steps=request.total_steps,
+            global_batch_tokens=request.global_batch_tokens,
             price_per_device_hour=request.price_per_device_hour,
         ),
     )

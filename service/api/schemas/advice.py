@@ -5,11 +5,12 @@ Batch sizes are in tokens unless a field says sequences; loss in nats per token.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from service.api.schemas.common import ApiModel, ModelRef
+from service.api.schemas.common import ApiModel, ModelRef, RenamedFieldsModel, old_name_of
 from service.api.schemas.fields import field_error
 from service.api.schemas.rules import (
     RULE_IN_DESCRIPTION,
@@ -84,16 +85,16 @@ LossFitName = Literal["chinchilla_rounded", "chinchilla_unrounded", "epoch"]
 
 
 @states(not_both("parameter_count", "model"), either("parameter_count", "model", "total_training_flops"))
-class LrAdviceRequest(ApiModel):
+class LrAdviceRequest(RenamedFieldsModel):
     """Give the size as ``parameter_count`` or ``model``, and/or the budget as ``total_training_flops``
-    (or ``tokens`` with a size: C = M·D with DeepSeek's M when the model's dimensions and
+    (or ``token_budget_tokens`` with a size: C = M·D with DeepSeek's M when the model's dimensions and
     ``seq_len_tokens`` are known, else 6·N·D)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"model": {"preset": "llama3-8b"}, "tokens": 1e12, "seq_len_tokens": 8192},
-                {"parameter_count": 1.3e9, "tokens": 26e9, "batch_tokens": 1_048_576},
+                {"model": {"preset": "llama3-8b"}, "token_budget_tokens": 1e12, "seq_len_tokens": 8192},
+                {"parameter_count": 1.3e9, "token_budget_tokens": 26e9, "global_batch_tokens": 1_048_576},
                 {"total_training_flops": 1e21, "min_lr_ratio": 0.0},
             ]
         }
@@ -108,20 +109,27 @@ class LrAdviceRequest(ApiModel):
         description="the model (preset, dimensions or HF config); its active parameters per token are the size",
     )
     total_training_flops: Flops | None = Field(default=None, description="training compute budget in FLOPs")
-    tokens: Tokens | None = Field(default=None, description="the run's token budget")
+    token_budget_tokens: Tokens | None = Field(default=None, description="the run's token budget")
     seq_len_tokens: SeqLen | None = Field(
         default=None, description="sequence length (DeepSeek's M needs it with the model's dimensions)"
     )
-    batch_tokens: BatchTokens | None = Field(
+    global_batch_tokens: BatchTokens | None = Field(
         default=None,
-        description="global batch in tokens (default, with tokens: the suggested batch)",
+        description="global batch in tokens (default, with token_budget_tokens: the suggested batch)",
     )
     total_steps: Annotated[int, Field(gt=0, le=10**10)] | None = Field(
-        default=None, description="optimizer steps of the run (default tokens / batch_tokens)"
+        default=None,
+        description="optimizer steps of the run (default token_budget_tokens / global_batch_tokens)",
     )
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.1, description="the floor as a fraction of the peak (default 10%: GPT-3, Chinchilla)"
     )
+    tokens: Tokens | None = old_name_of("token_budget_tokens")
+    batch_tokens: BatchTokens | None = old_name_of("global_batch_tokens")
+    renamed_fields: ClassVar[Mapping[str, str]] = {
+        "tokens": "token_budget_tokens",
+        "batch_tokens": "global_batch_tokens",
+    }
 
     @model_validator(mode="after")
     def _a_size_or_a_budget(self) -> LrAdviceRequest:
@@ -211,19 +219,21 @@ class GradientNoiseIn(ApiModel):
         return self
 
 
-class BatchRampIn(ApiModel):
+class BatchRampIn(RenamedFieldsModel):
     """A doubling batch ramp over the run: the batch doubles once the critical batch at the predicted
     loss reaches the doubled batch (so it stays at or below B_crit), up to ``max_batch_tokens``."""
 
-    tokens: Tokens = Field(description="the run's token budget")
+    token_budget_tokens: Tokens = Field(description="the run's token budget")
     start_batch_tokens: BatchTokens | None = Field(
         default=None,
         description="the first batch (default: 1/32 of max_batch_tokens, five doublings; GPT-3 ramped "
         "from 32k tokens), rounded to micro_batch_sequences × seq_len_tokens × data_parallel_size",
     )
     max_batch_tokens: BatchTokens | None = Field(
-        default=None, description="the last batch (default: batch_tokens, the batch you train with)"
+        default=None, description="the last batch (default: global_batch_tokens, the batch you train with)"
     )
+    tokens: Tokens | None = old_name_of("token_budget_tokens")
+    renamed_fields: ClassVar[Mapping[str, str]] = {"tokens": "token_budget_tokens"}
 
 
 @states(
@@ -241,28 +251,28 @@ class BatchRampIn(ApiModel):
     only_with("micro_batch_sequences", "seq_len_tokens"),
     only_with("ramp", "model"),
 )
-class BatchAdviceRequest(ApiModel):
+class BatchAdviceRequest(RenamedFieldsModel):
     """The current loss (or ``model`` + ``tokens_seen`` to predict it), the current batch, and what to
     estimate the critical batch from (``critical_batch_model``)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"loss": 3.0, "batch_tokens": 524_288},
+                {"loss": 3.0, "global_batch_tokens": 524_288},
                 {
                     "model": {"preset": "llama3-8b"},
                     "tokens_seen": 200e9,
-                    "batch_tokens": 4_194_304,
+                    "global_batch_tokens": 4_194_304,
                     "objective": "fewest_steps",
                     "max_compute_overhead": 0.5,
                     "seq_len_tokens": 8192,
                     "micro_batch_sequences": 2,
                     "data_parallel_size": 64,
-                    "ramp": {"tokens": 1e12},
+                    "ramp": {"token_budget_tokens": 1e12},
                 },
                 {
                     "loss": 2.6,
-                    "batch_tokens": 1_048_576,
+                    "global_batch_tokens": 1_048_576,
                     "critical_batch_model": "noise_scale",
                     "gradient_noise": {
                         "batch_small_tokens": 131_072,
@@ -273,7 +283,7 @@ class BatchAdviceRequest(ApiModel):
                 },
                 {
                     "loss": 2.4,
-                    "batch_tokens": 2_097_152,
+                    "global_batch_tokens": 2_097_152,
                     "critical_batch_model": "inverse_loss",
                     "calibration_loss": 3.0,
                     "calibration_batch_tokens": 1_000_000,
@@ -293,7 +303,7 @@ class BatchAdviceRequest(ApiModel):
         default="chinchilla_rounded",
         description="the Chinchilla-form fit L(N, D) = E + A/N^α + B/D^β that predicts the loss",
     )
-    batch_tokens: BatchTokens = Field(description="the current global batch in tokens")
+    global_batch_tokens: BatchTokens = Field(description="the current global batch in tokens")
     critical_batch_model: Literal["kaplan", "inverse_loss", "noise_scale", "minicpm"] = Field(
         default="kaplan",
         description="kaplan: B*/L^(1/α_B) (Kaplan et al. 2020); inverse_loss: B ∝ 1/L through the "
@@ -331,6 +341,8 @@ class BatchAdviceRequest(ApiModel):
         default=1, description="data-parallel replicas"
     )
     ramp: BatchRampIn | None = Field(default=None, description="plan a batch ramp over the run (needs model)")
+    batch_tokens: BatchTokens | None = old_name_of("global_batch_tokens")
+    renamed_fields: ClassVar[Mapping[str, str]] = {"batch_tokens": "global_batch_tokens"}
 
     @model_validator(mode="after")
     def _inputs_the_choices_need(self) -> BatchAdviceRequest:

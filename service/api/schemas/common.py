@@ -8,7 +8,8 @@ part. Throughput is one of four forms. :mod:`service.api.resolve` turns them int
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
@@ -24,7 +25,7 @@ from service.api.schemas.fields import (
     Text,
     field_error,
 )
-from service.api.schemas.rules import exactly_one, exactly_one_with, states
+from service.api.schemas.rules import exactly_one, exactly_one_with, not_both, states
 
 PrecisionName = Literal["bf16", "fp16", "fp8", "tf32", "fp32", "fp64"]
 RecomputeName = Literal["none", "selective", "full"]
@@ -139,21 +140,75 @@ class CustomAccelerator(ApiModel):
     tdp_watts: PositiveFloat | None = None
 
 
-def _count_as_device_count(data: Any, *, keep_old_key: bool = True) -> Any:
-    """``hardware.count`` (the name before 2026-12, in requests and stored runs) read as
-    ``device_count``; both given is an error naming ``count``."""
-    if not isinstance(data, dict) or data.get("count") is None:
-        return data
-    if data.get("device_count") is not None:
-        raise field_error("count", "count is the old name of device_count: give only device_count")
-    folded = {**data, "device_count": data["count"], "count": None}
-    if not keep_old_key:
-        del folded["count"]
-    return folded
+class RenamedFieldsModel(ApiModel):
+    """Base of a request whose fields were renamed so that one concept has one name in every request
+    (issue 20: ``hardware.count`` became ``device_count`` as in ``cluster``; an estimate's ``tokens``
+    became ``token_budget_tokens`` as in a run). A subclass lists ``renamed_fields`` (old → new) and
+    declares each old name as a deprecated field (:func:`old_name_of`), so the contract shows it.
+
+    The old name is read as the new one; giving both is a 422 naming the old one. The schema says the
+    same: the new name is not required where the old one may stand in for it, and each pair carries
+    an exactly-one (required) or not-both (optional) rule. A model that only reads stored data in
+    today's names (no old field declared) gets the folding and no rules."""
+
+    renamed_fields: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        declared = [(old, new) for old, new in cls.renamed_fields.items() if old in cls.model_fields]
+        pair_rules = [
+            exactly_one(new, old) if cls.model_fields[new].is_required() else not_both(new, old)
+            for old, new in declared
+        ]
+        if pair_rules:
+            states(*pair_rules)(cls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        folded: dict[str, Any] | None = None
+        for old, new in cls.renamed_fields.items():
+            if old not in data:
+                continue
+            folded = dict(data) if folded is None else folded
+            value = folded.pop(old)
+            if value is None:
+                continue
+            if data.get(new) is not None:
+                raise field_error(old, f"{old} is the old name of {new}: give only {new}")
+            folded[new] = value
+        return data if folded is None else folded
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # A new name is required unless its old name is given (the exactly_one rule says so).
+        json_schema = super().__get_pydantic_json_schema__(schema, handler)
+        target = handler.resolve_ref_schema(json_schema)
+        stand_ins = {new for old, new in cls.renamed_fields.items() if old in cls.model_fields}
+        required = [name for name in target.get("required", []) if name not in stand_ins]
+        if required:
+            target["required"] = required
+        else:
+            target.pop("required", None)
+        return json_schema
 
 
-@states(exactly_one("accelerator", "custom"), exactly_one("device_count", "count"))
-class HardwareRef(ApiModel):
+def old_name_of(new: str) -> Any:
+    """The field of a deprecated old name (declare it with the new field's type, made optional)."""
+    return Field(
+        default=None,
+        description=f"deprecated: the old name of {new} (give one of the two)",
+        json_schema_extra={"deprecated": True},
+    )
+
+
+@states(exactly_one("accelerator", "custom"))
+class HardwareRef(RenamedFieldsModel):
     """Exactly one of ``accelerator`` (a catalog id such as ``h100-sxm`` or a device name a framework
     reports, such as ``NVIDIA H100 80GB HBM3``) or ``custom``, and the job's ``device_count`` (the name
     ``cluster`` and every answer use; ``count``, its name here before 2026-12, is still read)."""
@@ -163,30 +218,8 @@ class HardwareRef(ApiModel):
     # Bounded like cluster.device_count: PostgreSQL stores it in a 32-bit integer (a fuzz found 5.1e9
     # answered 500 there, stored on SQLite).
     device_count: DeviceCount = Field(description="devices in the job, as the framework counts devices")
-    count: DeviceCount | None = Field(
-        default=None,
-        description="deprecated: the old name of device_count (give one of the two)",
-        json_schema_extra={"deprecated": True},
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_name(cls, data: Any) -> Any:
-        return _count_as_device_count(data)
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        # device_count is required unless the old count is given (the exactly_one rule says so).
-        json_schema = super().__get_pydantic_json_schema__(schema, handler)
-        target = handler.resolve_ref_schema(json_schema)
-        required = [name for name in target.get("required", []) if name != "device_count"]
-        if required:
-            target["required"] = required
-        else:
-            target.pop("required", None)
-        return json_schema
+    count: DeviceCount | None = old_name_of("device_count")
+    renamed_fields: ClassVar[Mapping[str, str]] = {"count": "device_count"}
 
     @model_validator(mode="after")
     def _exactly_one(self) -> HardwareRef:
@@ -195,18 +228,14 @@ class HardwareRef(ApiModel):
         return self
 
 
-class HardwareRead(ApiModel):
+class HardwareRead(RenamedFieldsModel):
     """The hardware a run was described with, in today's names (runs stored before 2026-12 said
     ``count``; they read as ``device_count``)."""
 
     accelerator: str | None = None
     custom: CustomAccelerator | None = None
     device_count: int = Field(description="devices in the job, as the framework counts devices")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _stored_old_name(cls, data: Any) -> Any:
-        return _count_as_device_count(data, keep_old_key=False)
+    renamed_fields: ClassVar[Mapping[str, str]] = {"count": "device_count"}
 
 
 @states(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -17,7 +18,9 @@ from service.api.schemas.common import (
     PositiveInt,
     PrecisionName,
     RecomputeName,
+    RenamedFieldsModel,
     ThroughputIn,
+    old_name_of,
 )
 from service.api.schemas.fields import MAX_GLOBAL_BATCH_SEQUENCES, field_error
 from service.api.schemas.performance import PredictionSummaryRead, PredictMfuIn
@@ -222,13 +225,13 @@ class MfuBatchRead(ApiModel):
         {
             "anyOf": [
                 inside("predict", either("global_batch_sequences", "global_batch_tokens")),
-                given("batch_tokens"),
+                either("global_batch_tokens", "batch_tokens"),
             ]
         },
     ),
     only_with("predict", "model", "seq_len_tokens"),
 )
-class TrainingEstimateRequest(ApiModel):
+class TrainingEstimateRequest(RenamedFieldsModel):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -236,7 +239,7 @@ class TrainingEstimateRequest(ApiModel):
                     "model": {"preset": "llama3-70b"},
                     "seq_len_tokens": 8192,
                     "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
-                    "tokens": 15.0e12,
+                    "token_budget_tokens": 15.0e12,
                     "mfu": 0.4,
                     "price_per_device_hour": 2.5,
                 },
@@ -244,7 +247,7 @@ class TrainingEstimateRequest(ApiModel):
                     "model": {"preset": "llama3-70b"},
                     "seq_len_tokens": 8192,
                     "hardware": {"accelerator": "h100-sxm", "device_count": 1024},
-                    "tokens": 15.0e12,
+                    "token_budget_tokens": 15.0e12,
                     "predict": {
                         "layout": {
                             "tp": 8,
@@ -261,8 +264,8 @@ class TrainingEstimateRequest(ApiModel):
                     "model": {"preset": "llama3-8b"},
                     "seq_len_tokens": 8192,
                     "hardware": {"accelerator": "h100-sxm", "device_count": 64},
-                    "steps": 100_000,
-                    "batch_tokens": 4_194_304,
+                    "total_steps": 100_000,
+                    "global_batch_tokens": 4_194_304,
                     "predict": {"inter_node_bandwidth_bytes_per_second": 50e9},
                 },
             ]
@@ -276,9 +279,11 @@ class TrainingEstimateRequest(ApiModel):
     total_training_flops: PositiveFloat | None = Field(default=None, description="instead of model + tokens")
     hardware: HardwareRef
     precision: PrecisionName = "bf16"
-    tokens: PositiveFloat | None = Field(default=None, description="token budget")
-    steps: PositiveInt | None = Field(default=None, description="with batch_tokens, instead of tokens")
-    batch_tokens: PositiveInt | None = Field(
+    token_budget_tokens: PositiveFloat | None = Field(default=None, description="the run's token budget")
+    total_steps: PositiveInt | None = Field(
+        default=None, description="optimizer steps: with global_batch_tokens, instead of token_budget_tokens"
+    )
+    global_batch_tokens: PositiveInt | None = Field(
         default=None, description="tokens per step; with predict, a multiple of seq_len_tokens"
     )
     mfu: float | None = Field(
@@ -291,6 +296,14 @@ class TrainingEstimateRequest(ApiModel):
     )
     price_per_device_hour: PositiveFloat | None = Field(default=None, description="in the caller's currency")
     convention: ConventionName = CONVENTION_FIELD
+    tokens: PositiveFloat | None = old_name_of("token_budget_tokens")
+    steps: PositiveInt | None = old_name_of("total_steps")
+    batch_tokens: PositiveInt | None = old_name_of("global_batch_tokens")
+    renamed_fields: ClassVar[Mapping[str, str]] = {
+        "tokens": "token_budget_tokens",
+        "steps": "total_steps",
+        "batch_tokens": "global_batch_tokens",
+    }
 
     @model_validator(mode="after")
     def _flops_source(self) -> TrainingEstimateRequest:
@@ -313,12 +326,12 @@ class TrainingEstimateRequest(ApiModel):
         seq_len, given = self.seq_len_tokens, self.predict
         tokens, field = given.global_batch_tokens, "predict.global_batch_tokens"
         if given.global_batch_sequences is None and tokens is None:
-            tokens, field = self.batch_tokens, "batch_tokens"
+            tokens, field = self.global_batch_tokens, "global_batch_tokens"
             if tokens is None:
                 raise field_error(
                     "predict.global_batch_sequences",
                     "give the global batch: predict.global_batch_sequences or predict.global_batch_tokens "
-                    "(or steps with batch_tokens)",
+                    "(or total_steps with global_batch_tokens)",
                 )
         if tokens is not None:
             if tokens % seq_len:
