@@ -18,6 +18,7 @@ from service.api import problems as p
 from service.api.schemas.fields import NO_NUL_PATTERN, NUL_MESSAGE, RUN_ID_PATTERN
 from service.domain import errors as domain_errors
 from service.observability import LOGGER_NAME, request_id_var
+from service.usecases.errors import RunNotFound, RunsNotFound
 
 logger = logging.getLogger(LOGGER_NAME + ".errors")
 RETRY_AFTER_SECONDS = "5"
@@ -151,6 +152,23 @@ async def _problem(request: Request, exc: Exception) -> Response:
     return response
 
 
+def run_not_found_problem(exc: RunNotFound | RunsNotFound) -> p.ProblemError:
+    """One answer for an unknown id and another tenant's run, whichever endpoint is asked."""
+    if isinstance(exc, RunNotFound):
+        return p.ProblemError(
+            p.NOT_FOUND, f"No run {exc.run_id!r} for this API key's tenant.", run_id=exc.run_id
+        )
+    named = ", ".join(repr(run_id) for run_id in exc.run_ids)
+    return p.ProblemError(
+        p.NOT_FOUND, f"No run {named} for this API key's tenant.", missing_run_ids=exc.run_ids
+    )
+
+
+async def _run_not_found(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunNotFound | RunsNotFound)
+    return await _problem(request, run_not_found_problem(exc))
+
+
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc, p.BodyProblem):
@@ -241,5 +259,7 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(domain_errors.DomainError, _domain)
     app.add_exception_handler(p.ProblemError, _problem)
+    app.add_exception_handler(RunNotFound, _run_not_found)
+    app.add_exception_handler(RunsNotFound, _run_not_found)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(DBAPIError, _database)

@@ -17,7 +17,7 @@ from service.store import runs as runs_store
 from service.store import series as series_store
 from service.store.uow import UnitOfWork
 from service.usecases import goodput as goodput_usecase
-from service.usecases.goodput import RunNotFound
+from service.usecases.errors import RunNotFound
 
 #: Points of an efficiency series at most. Runs with at most fleet.EXACT_SERIES_MAX measurements are
 #: read whole; larger ones from their stored step buckets (fleet.SeriesBin, at most

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from service.domain import goodput as domain
 from service.store import events as store
 from service.store.uow import UnitOfWork
+from service.usecases.errors import RunNotFound
 
 #: Goodput levels whose worth in devices the answer shows: 0.90 is Llama 3's reported "higher than
 #: 90% effective training time" (Dubey et al. 2024, §3.3.4); 0.95 a step beyond it.
@@ -22,12 +23,6 @@ GAIN_TARGETS = (0.90, 0.95)
 #: Events that end an attempt: the job's stored goodput is recomputed when one arrives, or when an
 #: attempt that has ended receives a late event.
 ATTEMPT_ENDS = (domain.EventKind.JOB_ENDED, domain.EventKind.FAILURE)
-
-
-class RunNotFound(Exception):
-    def __init__(self, run_id: str) -> None:
-        super().__init__(run_id)
-        self.run_id = run_id
 
 
 @dataclass(frozen=True, slots=True)

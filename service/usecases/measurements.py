@@ -27,22 +27,7 @@ from service.store import measurements as measurements_store
 from service.store import records as records_store
 from service.store import series as series_store
 from service.store.uow import Transaction
-
-
-class KeyRevoked(Exception):
-    """The request's API key was revoked after this process cached it: nothing was written."""
-
-    def __init__(self, key_id: int) -> None:
-        super().__init__(f"key {key_id} is revoked")
-        self.key_id = key_id
-
-
-class RunNotFound(Exception):
-    """No run of the caller's tenant has this id (never recorded, deleted, or another tenant's)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run {run_id}")
-        self.run_id = run_id
+from service.usecases.errors import KeyRevoked, RunNotFound
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ from service.api.handlers import SHAPE_TAG_PREFIX
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.presenters.goodput import badput_items
-from service.api.problems import NOT_FOUND, ProblemError
 from service.api.schemas.fields import RUN_ID_PATTERN
 from service.api.schemas.goodput import (
     EVENT_EXAMPLE,
@@ -38,11 +37,6 @@ RunId = Annotated[
 
 #: Events per request: a job sends a handful per checkpoint, so this bounds a request, not a job.
 MAX_EVENTS_PER_REQUEST = 10_000
-
-
-def _not_found(run_id: str) -> ProblemError:
-    # the same answer as every other run endpoint's for an unknown id or another tenant's run
-    return ProblemError(NOT_FOUND, f"No run {run_id!r} for this API key's tenant.", run_id=run_id)
 
 
 def _event_body_shape(body: object) -> str:
@@ -98,10 +92,7 @@ def add_events(
         )
         for item in items
     ]
-    try:
-        recorded = usecase.record_events(uow, tenant=principal.tenant, run_id=run_id, events=events)
-    except usecase.RunNotFound as exc:
-        raise _not_found(exc.run_id) from None
+    recorded = usecase.record_events(uow, tenant=principal.tenant, run_id=run_id, events=events)
     return EventsAdded(
         run_id=recorded.run_id,
         received=recorded.received,
@@ -185,10 +176,7 @@ def _present(view: usecase.JobGoodput) -> GoodputRead:
 def get_goodput(run_id: RunId, request: Request, reader: Reader) -> GoodputRead | Response:
     media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
-        try:
-            view = usecase.job_goodput(uow, tenant=reader.principal.tenant, run_id=run_id)
-        except usecase.RunNotFound as exc:
-            raise _not_found(exc.run_id) from None
+        view = usecase.job_goodput(uow, tenant=reader.principal.tenant, run_id=run_id)
     answer = _present(view)
     if media_type == JSON:
         return answer

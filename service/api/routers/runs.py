@@ -24,6 +24,7 @@ from service.api.deps import (
 )
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
+from service.api.presenters.comparison import comparison_read
 from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
 from service.api.schemas.measurements import (
     MEASUREMENT_EXAMPLE,
@@ -44,9 +45,10 @@ from service.api.schemas.runs import (
     RunUpdate,
     SortOrder,
 )
-from service.api.services import comparison, efficiency, measurement_history, run_creation
+from service.api.services import efficiency, measurement_history, run_creation
 from service.api.services import runs as service
 from service.store.run_filters import RunFilters
+from service.usecases import comparison
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
@@ -126,7 +128,9 @@ def compare_runs(
 ) -> RunComparison | Response:
     media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
-        compared = comparison.compare_runs(uow.connection, principal=reader.principal, request=request_body)
+        compared = comparison_read(
+            comparison.compare_runs(uow, tenant=reader.principal.tenant, run_ids=request_body.run_ids)
+        )
     if media_type == JSON:
         return compared
     chart = plots.run_comparison_chart(

@@ -15,7 +15,6 @@ from service.api.schemas.common import ConventionName, PrecisionName
 from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, RunStatus, SeriesPointRead
 from service.api.services.prediction import PredictedVsMeasured
 from service.api.services.prediction import predicted_vs_measured as run_prediction
-from service.api.services.runs import not_found
 from service.domain import fleet
 from service.store import records as records_store
 from service.store.keys import Principal
@@ -48,10 +47,7 @@ class EfficiencyView:
 
 def run_efficiency(uow: UnitOfWork, *, principal: Principal, run_id: str) -> EfficiencyView:
     """The use case's facts (:mod:`service.usecases.efficiency`) as answered, with the prediction."""
-    try:
-        facts = usecase.run_efficiency(uow, tenant=principal.tenant, run_id=run_id)
-    except usecase.RunNotFound as exc:
-        raise not_found(exc.run_id) from None
+    facts = usecase.run_efficiency(uow, tenant=principal.tenant, run_id=run_id)
     run, trend, series = facts.run, facts.trend, facts.series
     origin = run.first_measured_at
     answer = RunEfficiency(

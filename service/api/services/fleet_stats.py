@@ -15,12 +15,12 @@ from service.api.schemas.stats import (
     RunRank,
     SizeClassRead,
 )
-from service.api.services.runs import require_run
 from service.domain import fleet
 from service.store import events as events_store
 from service.store import histograms as histograms_store
 from service.store import records as records_store
 from service.store.keys import Principal
+from service.usecases.runs import require_run
 
 
 def _percentiles(histogram: dict[int, int]) -> MfuPercentiles:

@@ -36,7 +36,7 @@ from service.api.presenters.runs import run_summary
 from service.api.problems import invalid_api_key
 from service.api.resolve import with_field_prefix
 from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
-from service.api.services.runs import not_found, now_utc
+from service.api.services.runs import now_utc
 from service.domain import hardware, mfu
 from service.domain.errors import DomainError
 from service.domain.run import stored_accelerator
@@ -47,7 +47,8 @@ from service.store import runs as store
 from service.store.group_commit import GroupCommitWriter
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
-from service.usecases.measurements import Added, KeyRevoked, MeasurementJob, RunNotFound, record_batch
+from service.usecases.errors import KeyRevoked, RunNotFound
+from service.usecases.measurements import Added, MeasurementJob, record_batch
 
 #: Bodies above this (about 100 items, a millisecond of work) are parsed and computed in the threadpool.
 INLINE_BODY_BYTES = 32 * 1024
@@ -324,7 +325,7 @@ class MeasurementIngest:
             raise invalid_api_key() from None
         except RunNotFound:
             self._runs.pop((principal.tenant, run_id), None)
-            raise not_found(run_id) from None
+            raise
         MEASUREMENTS_INGESTED.inc(added.stored)
         return MeasurementsAdded(
             run_id=added.run.id,
@@ -345,7 +346,7 @@ class MeasurementIngest:
         async with self._admission or nullcontext():
             run = await run_in_threadpool(self._fetch_run, tenant, run_id)
         if run is None:
-            raise not_found(run_id)
+            raise RunNotFound(run_id)
         facts = _RunFacts(run, run_accelerator(run))
         if len(self._runs) >= RUN_CACHE_ENTRIES:
             self._runs.clear()

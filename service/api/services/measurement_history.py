@@ -10,10 +10,10 @@ from service.api.cursors import CursorCodec
 from service.api.schemas.common import ThroughputIn
 from service.api.schemas.fields import is_stored_int
 from service.api.schemas.measurements import MeasurementPage, MeasurementRead
-from service.api.services.runs import require_run
 from service.domain.errors import InvalidInput
 from service.store import measurements as measurements_store
 from service.store.keys import Principal
+from service.usecases.runs import require_run
 
 
 def _measurement_read(row: Any) -> MeasurementRead:

@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 
 from service.api.cursors import CursorCodec
 from service.api.presenters.runs import run_read
-from service.api.problems import CONFLICT, NOT_FOUND, ProblemError
+from service.api.problems import CONFLICT, ProblemError
 from service.api.resolve import with_field_prefix
 from service.api.schemas.fields import is_stored_int
 from service.api.schemas.runs import MAX_TAGS, RunPage, RunRead, RunUpdate, SortOrder
@@ -24,23 +24,11 @@ from service.store import run_filters as run_filters_store
 from service.store import runs as store
 from service.store.keys import Principal
 from service.store.uow import UnitOfWork
+from service.usecases.runs import require_run
 
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
-
-
-def not_found(run_id: str) -> ProblemError:
-    return ProblemError(NOT_FOUND, f"No run {run_id!r} for this API key's tenant.", run_id=run_id)
-
-
-def require_run(
-    connection: Connection, *, tenant: str, run_id: str, for_update: bool = False, with_tags: bool = True
-) -> records_store.RunRecord:
-    run = store.get_run(connection, tenant=tenant, run_id=run_id, for_update=for_update, with_tags=with_tags)
-    if run is None:
-        raise not_found(run_id)
-    return run
 
 
 def get_run(connection: Connection, *, principal: Principal, run_id: str) -> RunRead:
