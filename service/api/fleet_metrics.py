@@ -35,12 +35,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
-from service.api.services import fleet_stats
 from service.domain import fleet, hardware
 from service.store import events as events_store
 from service.store import fleet_activity as activity_store
 from service.store import histograms as histograms_store
 from service.store.uow import UnitOfWork
+from service.usecases import fleet_stats
 
 #: Quantiles exported, as Prometheus summaries label them.
 EXPORTED_QUANTILES: tuple[float, ...] = (0.10, 0.50, 0.90)
