@@ -80,8 +80,9 @@ from sqlalchemy import Connection, Table, case, create_engine, func, insert, sel
 from benchmarks import openapi_examples as examples
 from benchmarks import server as server_module
 from benchmarks.loadgen import LoadResult, run_load, run_stream_load
+from service.api import run_request
 from service.api.schemas.runs import RunCreate
-from service.api.services import ingest, run_creation
+from service.api.services import ingest
 from service.domain import fleet
 from service.store import measurements as measurements_store
 from service.store import records as records_store
@@ -294,7 +295,7 @@ def build_configs() -> list[RunConfig]:
                         )
     configs = []
     for index, request in enumerate(requests):
-        prepared = run_creation.prepare_run(RunCreate.model_validate(request), now=NOW)
+        prepared = run_request.prepare_run(RunCreate.model_validate(request), now=NOW)
         values: dict[str, Any] = dict(prepared.values)
         # A run record as the store reads it back (no measurements yet) for measurement_values.
         fields: dict[str, Any] = {name: values.get(name) for name in records_store._RUN_FIELDS}

@@ -212,8 +212,8 @@ class _ApiRecorder:
     def prepare_run(
         self, body: Mapping[str, Any], *, now: datetime
     ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        from service.api.run_request import prepare_run
         from service.api.schemas.runs import RunCreate
-        from service.api.services.run_creation import prepare_run
 
         prepared = prepare_run(RunCreate.model_validate_json(orjson.dumps(body)), now=now)
         return prepared.values, prepared.tags

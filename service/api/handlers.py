@@ -18,7 +18,13 @@ from service.api import problems as p
 from service.api.schemas.fields import NO_NUL_PATTERN, NUL_MESSAGE, RUN_ID_PATTERN
 from service.domain import errors as domain_errors
 from service.observability import LOGGER_NAME, request_id_var
-from service.usecases.errors import RunNotFound, RunsNotFound
+from service.usecases.errors import (
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    JobAttemptExists,
+    RunNotFound,
+    RunsNotFound,
+)
 
 logger = logging.getLogger(LOGGER_NAME + ".errors")
 RETRY_AFTER_SECONDS = "5"
@@ -164,9 +170,32 @@ def run_not_found_problem(exc: RunNotFound | RunsNotFound) -> p.ProblemError:
     )
 
 
-async def _run_not_found(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RunNotFound | RunsNotFound)
-    return await _problem(request, run_not_found_problem(exc))
+def _run_recording_problem(exc: Exception) -> p.ProblemError:
+    if isinstance(exc, JobAttemptExists):
+        return p.ProblemError(
+            p.CONFLICT,
+            f"Run {exc.existing_run_id} already records cluster {exc.cluster!r}, job {exc.scheduler_job_id!r}, "
+            f"attempt {exc.attempt}; read it, or give the next attempt number for a restart.",
+            existing_run_id=exc.existing_run_id,
+        )
+    if isinstance(exc, IdempotencyKeyReused):
+        return p.ProblemError(
+            p.IDEMPOTENCY_MISMATCH,
+            "This Idempotency-Key was used with a different request body; use a new key for a "
+            "different request (a key names one request for 24 hours).",
+        )
+    return p.ProblemError(
+        p.IDEMPOTENCY_IN_FLIGHT,
+        "A request with this Idempotency-Key is still being processed; retry in a moment to get its answer.",
+        headers={"Retry-After": "1"},
+    )
+
+
+async def _application(request: Request, exc: Exception) -> Response:
+    """A use case's refusal (service.usecases.errors) as its problem."""
+    if isinstance(exc, RunNotFound | RunsNotFound):
+        return await _problem(request, run_not_found_problem(exc))
+    return await _problem(request, _run_recording_problem(exc))
 
 
 async def _http(request: Request, exc: Exception) -> Response:
@@ -259,7 +288,7 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(domain_errors.DomainError, _domain)
     app.add_exception_handler(p.ProblemError, _problem)
-    app.add_exception_handler(RunNotFound, _run_not_found)
-    app.add_exception_handler(RunsNotFound, _run_not_found)
+    for refusal in (RunNotFound, RunsNotFound, JobAttemptExists, IdempotencyKeyReused, IdempotencyInFlight):
+        app.add_exception_handler(refusal, _application)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(DBAPIError, _database)

@@ -22,7 +22,7 @@ import weakref
 from types import TracebackType
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.store.engine import WRITE_OPTION
 
@@ -30,6 +30,8 @@ from service.store.engine import WRITE_OPTION
 #: engine, made by its lifespan) and one open transaction's connection (a unit of work's).
 Database = Engine
 Transaction = Connection
+#: A write a table's constraint refused (a unique key taken by another writer): the transaction is spent.
+ConstraintViolation = IntegrityError
 
 
 class WriteLockBusy(Exception):

@@ -29,3 +29,24 @@ class KeyRevoked(Exception):
     def __init__(self, key_id: int) -> None:
         super().__init__(f"key {key_id} is revoked")
         self.key_id = key_id
+
+
+class JobAttemptExists(Exception):
+    """The tenant already has a run for this (cluster, scheduler job, attempt)."""
+
+    def __init__(
+        self, existing_run_id: str, *, cluster: str | None, scheduler_job_id: str, attempt: int
+    ) -> None:
+        super().__init__(f"run {existing_run_id} records this job attempt")
+        self.existing_run_id = existing_run_id
+        self.cluster = cluster
+        self.scheduler_job_id = scheduler_job_id
+        self.attempt = attempt
+
+
+class IdempotencyKeyReused(Exception):
+    """The Idempotency-Key was used with another request."""
+
+
+class IdempotencyInFlight(Exception):
+    """The request that claimed this Idempotency-Key has not finished (within the wait allowed)."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, func, select
 
-from service.api.services import run_creation
+from service.api.run_request import request_fingerprint
 from service.domain import fleet
 from service.store import keys
 from service.store import measurements as measurements_store
@@ -21,6 +21,7 @@ from service.store import runs as runs_store
 from service.store import series as series_store
 from service.store.tables import idempotency_keys, measurements, run_mfu_bins, run_series_bins, run_tags
 from service.store.uow import UnitOfWork
+from service.usecases import record_run
 from tests.api.conftest import T0, StoreClient, measurement, run_body
 
 PROBLEM = "application/problem+json"
@@ -210,11 +211,11 @@ def test_keys_are_per_tenant(store_client: StoreClient) -> None:
 def test_a_key_still_in_flight_answers_409_after_a_short_wait(
     store_client: StoreClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_creation, "IDEMPOTENCY_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(record_run, "IDEMPOTENCY_WAIT_SECONDS", 0.2)
     body = run_body()
     from service.api.schemas.runs import RunCreate
 
-    fingerprint = run_creation.request_fingerprint(RunCreate.model_validate(body))
+    fingerprint = request_fingerprint(RunCreate.model_validate(body))
     now = datetime.now(UTC)
     with UnitOfWork(store_client.engine, write=True) as uow:
         uow.connection.execute(
@@ -240,7 +241,7 @@ def test_a_claim_left_by_a_dead_process_is_taken_over(store_client: StoreClient)
     body = run_body()
     from service.api.schemas.runs import RunCreate
 
-    fingerprint = run_creation.request_fingerprint(RunCreate.model_validate(body))
+    fingerprint = request_fingerprint(RunCreate.model_validate(body))
     long_ago = datetime.now(UTC) - timedelta(minutes=5)
     with UnitOfWork(store_client.engine, write=True) as uow:
         uow.connection.execute(

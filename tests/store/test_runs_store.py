@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, event, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from service.api.run_request import prepare_run
 from service.api.schemas.runs import RunCreate
-from service.api.services.run_creation import prepare_run
 from service.store import histograms as histograms_store
 from service.store import idempotency as idempotency_store
 from service.store import measurements as measurements_store

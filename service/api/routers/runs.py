@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -25,6 +26,8 @@ from service.api.deps import (
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.presenters.comparison import comparison_read
+from service.api.presenters.runs import run_read
+from service.api.run_request import prepare_run, request_fingerprint
 from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
 from service.api.schemas.measurements import (
     MEASUREMENT_EXAMPLE,
@@ -45,10 +48,10 @@ from service.api.schemas.runs import (
     RunUpdate,
     SortOrder,
 )
-from service.api.services import efficiency, measurement_history, run_creation
+from service.api.services import efficiency, measurement_history
 from service.api.services import runs as service
 from service.store.run_filters import RunFilters
-from service.usecases import comparison
+from service.usecases import comparison, record_run
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
@@ -180,8 +183,13 @@ def create_run(
         ),
     ] = None,
 ) -> Response:
-    outcome = run_creation.create_run(
-        engine, principal=principal, request=request_body, idempotency_key=idempotency_key
+    outcome = record_run.record_run(
+        engine,
+        tenant=principal.tenant,
+        prepared=prepare_run(request_body, now=datetime.now(UTC)),
+        present=lambda run: run_read(run).model_dump(mode="json"),
+        idempotency_key=idempotency_key,
+        fingerprint="" if idempotency_key is None else request_fingerprint(request_body),
     )
     headers = {"Location": f"/v1/runs/{outcome.run_id}"}
     if outcome.replayed:
