@@ -17,6 +17,7 @@ from starlette.responses import Response
 from service.api import problems as p
 from service.api.schemas.fields import NO_NUL_PATTERN, NUL_MESSAGE, RUN_ID_PATTERN
 from service.domain import errors as domain_errors
+from service.domain.run import FinalStatusLocked
 from service.observability import LOGGER_NAME, request_id_var
 from service.usecases.errors import (
     IdempotencyInFlight,
@@ -195,6 +196,16 @@ async def _application(request: Request, exc: Exception) -> Response:
     """A use case's refusal (service.usecases.errors) as its problem."""
     if isinstance(exc, RunNotFound | RunsNotFound):
         return await _problem(request, run_not_found_problem(exc))
+    if isinstance(exc, FinalStatusLocked):
+        return await _problem(
+            request,
+            p.ProblemError(
+                p.CONFLICT,
+                f"Run {request.path_params.get('run_id')} is {exc.current}, a final status: it cannot become {exc.requested}. "
+                "Record a restart as a new run (next attempt).",
+                current_status=exc.current,
+            ),
+        )
     return await _problem(request, _run_recording_problem(exc))
 
 
@@ -288,7 +299,15 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(domain_errors.DomainError, _domain)
     app.add_exception_handler(p.ProblemError, _problem)
-    for refusal in (RunNotFound, RunsNotFound, JobAttemptExists, IdempotencyKeyReused, IdempotencyInFlight):
+    refusals = (
+        RunNotFound,
+        RunsNotFound,
+        FinalStatusLocked,
+        JobAttemptExists,
+        IdempotencyKeyReused,
+        IdempotencyInFlight,
+    )
+    for refusal in refusals:
         app.add_exception_handler(refusal, _application)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(DBAPIError, _database)

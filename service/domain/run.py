@@ -14,6 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.domain import fleet, hardware, models
+from service.domain.errors import InvalidInput
+
+#: A run's tags at most: the contract's bound on every tag list (a request's tags, add_tags and
+#: remove_tags), and so on the set an edit leaves.
+MAX_TAGS = 50
+#: Statuses a run does not leave: a restart is a new run with the next attempt number.
+FINAL_STATUSES = frozenset({"finished", "failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,45 @@ class RunSummary:
             latest_mfu=top.mfu,
             latest_tokens_per_second=top.tokens_per_second,
         )
+
+
+def status_after(current: str, requested: str) -> str:
+    """A run's status after a change is asked: running → finished | failed, once. The same status again
+    changes nothing (a retried call is safe); leaving a final status is :class:`FinalStatusLocked`."""
+    if requested != current and current in FINAL_STATUSES:
+        raise FinalStatusLocked(current, requested)
+    return requested
+
+
+class FinalStatusLocked(Exception):
+    """A finished or failed run was asked to take another status."""
+
+    def __init__(self, current: str, requested: str) -> None:
+        super().__init__(f"a {current} run cannot become {requested}")
+        self.current = current
+        self.requested = requested
+
+
+def tags_after(
+    current: Sequence[str],
+    *,
+    replace_with: Sequence[str] | None = None,
+    add: Sequence[str] | None = None,
+    remove: Sequence[str] | None = None,
+) -> list[str] | None:
+    """A run's tags after an edit (``replace_with`` the set, or ``add`` then ``remove``), first
+    occurrence order kept, duplicates dropped; None when the edit names no tags. More than
+    :data:`MAX_TAGS` is refused at ``body.add_tags``, the only way to reach it past the schema."""
+    if replace_with is not None:
+        tags = list(dict.fromkeys(replace_with))
+    elif add is not None or remove is not None:
+        removed = set(remove or ())
+        tags = [tag for tag in dict.fromkeys([*current, *(add or ())]) if tag not in removed]
+    else:
+        return None
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"a run has at most {MAX_TAGS} tags.", field="body.add_tags")
+    return tags
 
 
 #: The summary's field names (as the store's run record names them too).

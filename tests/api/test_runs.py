@@ -619,6 +619,7 @@ def test_a_running_run_finishes_once_and_stays_finished(store_client: StoreClien
         refused = store_client.client.patch(url, json={"status": status}, headers=store_client.writer)
         assert refused.status_code == 409
         assert refused.json()["current_status"] == "finished"
+        assert refused.json()["detail"].startswith(f"Run {run['id']} is finished, a final status")
 
 
 def test_a_failed_run_records_its_given_finish_time(store_client: StoreClient) -> None:

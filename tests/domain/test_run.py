@@ -8,7 +8,18 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from service.domain import fleet, hardware, models
-from service.domain.run import NewMeasurement, RunSummary, global_batch, stored_accelerator, stored_model
+from service.domain.errors import InvalidInput
+from service.domain.run import (
+    MAX_TAGS,
+    FinalStatusLocked,
+    NewMeasurement,
+    RunSummary,
+    global_batch,
+    status_after,
+    stored_accelerator,
+    stored_model,
+    tags_after,
+)
 
 T0 = datetime(2026, 12, 2, 10, tzinfo=UTC)
 
@@ -83,3 +94,31 @@ def test_a_stored_description_reads_back_as_the_domain_objects_it_named() -> Non
     custom = {"hardware": {"custom": {"name": "lab part", "peak_tflops": {"bf16": 500.0}}, "count": 2}}
     part = stored_accelerator(custom)
     assert part.is_custom and hardware.peak_flops(part, "bf16") == 500.0 * hardware.TERA
+
+
+@pytest.mark.parametrize("final", ["finished", "failed"])
+def test_a_running_run_ends_once_and_a_final_status_is_kept(final: str) -> None:
+    assert status_after("running", final) == final
+    assert status_after(final, final) == final  # a retried PATCH changes nothing
+    for other in {"running", "finished", "failed"} - {final}:
+        with pytest.raises(FinalStatusLocked) as refused:
+            status_after(final, other)
+        assert (refused.value.current, refused.value.requested) == (final, other)
+
+
+def test_tags_replace_or_edit_in_first_seen_order_without_duplicates() -> None:
+    current = ["a", "b", "c"]
+    assert tags_after(current) is None  # no tag field given: the tags are left alone
+    assert tags_after(current, replace_with=["z", "a", "z"]) == ["z", "a"]
+    assert tags_after(current, add=["d", "a"], remove=["b"]) == ["a", "c", "d"]
+    assert tags_after(current, remove=["a", "b", "c"]) == []
+    # add and remove the same tag: removal wins (the edit ends without it).
+    assert tags_after(current, add=["x"], remove=["x"]) == ["a", "b", "c"]
+
+
+def test_an_edit_that_leaves_more_than_max_tags_is_refused_at_add_tags() -> None:
+    current = [f"t{index}" for index in range(MAX_TAGS)]
+    assert tags_after(current, add=["t0"]) == current  # already there: still MAX_TAGS
+    with pytest.raises(InvalidInput) as refused:
+        tags_after(current, add=["one-more"])
+    assert refused.value.field == "body.add_tags"

@@ -52,6 +52,7 @@ from service.api.services import efficiency, measurement_history
 from service.api.services import runs as service
 from service.store.run_filters import RunFilters
 from service.usecases import comparison, record_run
+from service.usecases import runs as runs_usecase
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 
@@ -274,7 +275,11 @@ def get_run(run_id: RunId, reader: Reader) -> RunRead:
     openapi_extra={"x-problems": ["409"]},
 )
 def update_run(run_id: RunId, request_body: RunUpdate, principal: WritePrincipal, uow: WriteUow) -> RunRead:
-    return service.update_run(uow, principal=principal, run_id=run_id, request=request_body)
+    changes = {name: getattr(request_body, name) for name in request_body.model_fields_set}
+    updated = runs_usecase.update_run(
+        uow, tenant=principal.tenant, run_id=run_id, changes=changes, now=service.now_utc()
+    )
+    return run_read(updated)
 
 
 @router.delete(
@@ -286,7 +291,7 @@ def update_run(run_id: RunId, request_body: RunUpdate, principal: WritePrincipal
     response_class=Response,
 )
 def delete_run(run_id: RunId, principal: WritePrincipal, uow: WriteUow) -> Response:
-    service.delete_run(uow, principal=principal, run_id=run_id)
+    runs_usecase.delete_run(uow, tenant=principal.tenant, run_id=run_id)
     return Response(status_code=204)
 
 

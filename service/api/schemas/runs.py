@@ -32,6 +32,7 @@ from service.api.schemas.rules import (
     only_with,
     states,
 )
+from service.domain import run as run_domain
 
 RunStatus = Literal["running", "finished", "failed"]
 SizeClassName = Literal["below_1b", "1b_to_10b", "10b_to_100b", "above_100b"]
@@ -53,7 +54,7 @@ Tag = Annotated[
     ),
     AfterValidator(lambda tag: tag.strip(_WHITESPACE)),
 ]
-MAX_TAGS = 50
+MAX_TAGS = run_domain.MAX_TAGS
 
 _CREATE_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "llama3-8b"},

@@ -13,17 +13,15 @@ from sqlalchemy import Connection
 
 from service.api.cursors import CursorCodec
 from service.api.presenters.runs import run_read
-from service.api.problems import CONFLICT, ProblemError
 from service.api.resolve import with_field_prefix
 from service.api.schemas.fields import is_stored_int
-from service.api.schemas.runs import MAX_TAGS, RunPage, RunRead, RunUpdate, SortOrder
+from service.api.schemas.runs import RunPage, RunRead, SortOrder
 from service.domain import hardware, models
 from service.domain.errors import InvalidInput
 from service.store import records as records_store
 from service.store import run_filters as run_filters_store
 from service.store import runs as store
 from service.store.keys import Principal
-from service.store.uow import UnitOfWork
 from service.usecases.runs import require_run
 
 
@@ -134,72 +132,3 @@ def list_runs(
         sort=sort,
         order=cast("SortOrder", order),
     )
-
-
-FINAL_STATUSES = ("finished", "failed")
-
-
-def update_run(uow: UnitOfWork, *, principal: Principal, run_id: str, request: RunUpdate) -> RunRead:
-    """Status: running → finished | failed, once (the same final status again is a no-op; leaving a
-    final status is 409). ``finished_at`` goes with a final status (default: now)."""
-    connection = uow.connection
-    run = require_run(connection, tenant=principal.tenant, run_id=run_id, for_update=True)
-    given = request.model_fields_set
-    now = now_utc()
-    values: dict[str, Any] = {}
-    status = run.status
-    if "status" in given:
-        if request.status is None:
-            raise InvalidInput(
-                "status cannot be cleared; give running, finished or failed.", field="body.status"
-            )
-        if request.status != run.status:
-            if run.status in FINAL_STATUSES:
-                raise ProblemError(
-                    CONFLICT,
-                    f"Run {run.id} is {run.status}, a final status: it cannot become {request.status}. "
-                    "Record a restart as a new run (next attempt).",
-                    current_status=run.status,
-                )
-            status = request.status
-            values["status"] = status
-            if status in FINAL_STATUSES:
-                values["finished_at"] = now
-    if "finished_at" in given:
-        if status not in FINAL_STATUSES:
-            raise InvalidInput(
-                "finished_at goes with status finished or failed; set the status in the same request.",
-                field="body.finished_at",
-            )
-        if request.finished_at is None:
-            raise InvalidInput("a finished or failed run keeps a finished_at.", field="body.finished_at")
-        if request.finished_at < run.started_at:
-            raise InvalidInput(
-                f"finished_at is before the run started ({run.started_at.isoformat()}).", field="finished_at"
-            )
-        values["finished_at"] = request.finished_at
-    for name in ("token_budget_tokens", "price_per_device_hour"):
-        if name in given:
-            values[name] = getattr(request, name)
-    tags: list[str] | None = None
-    if request.tags is not None:
-        tags = list(dict.fromkeys(request.tags))
-    elif request.add_tags is not None or request.remove_tags is not None:
-        removed = set(request.remove_tags or ())
-        tags = [tag for tag in dict.fromkeys([*run.tags, *(request.add_tags or ())]) if tag not in removed]
-    if tags is not None and len(tags) > MAX_TAGS:
-        raise InvalidInput(f"a run has at most {MAX_TAGS} tags.", field="body.add_tags")
-    if values or tags is not None:
-        values["updated_at"] = now
-        store.update_run(connection, run_pk=run.pk, values=values)
-        if tags is not None:
-            store.replace_tags(connection, tenant=principal.tenant, run_pk=run.pk, tags=tags)
-    updated = require_run(connection, tenant=principal.tenant, run_id=run_id)
-    uow.commit()
-    return run_read(updated)
-
-
-def delete_run(uow: UnitOfWork, *, principal: Principal, run_id: str) -> None:
-    run = require_run(uow.connection, tenant=principal.tenant, run_id=run_id, for_update=True)
-    store.delete_run(uow.connection, run=run)
-    uow.commit()
