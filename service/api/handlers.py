@@ -171,7 +171,17 @@ def run_not_found_problem(exc: RunNotFound | RunsNotFound) -> p.ProblemError:
     )
 
 
-def _run_recording_problem(exc: Exception) -> p.ProblemError:
+def _use_case_problem(request: Request, exc: Exception) -> p.ProblemError:
+    """A use case's refusal (service.usecases.errors, and the run entity's FinalStatusLocked) as its problem."""
+    if isinstance(exc, RunNotFound | RunsNotFound):
+        return run_not_found_problem(exc)
+    if isinstance(exc, FinalStatusLocked):
+        return p.ProblemError(
+            p.CONFLICT,
+            f"Run {request.path_params.get('run_id')} is {exc.current}, a final status: it cannot become "
+            f"{exc.requested}. Record a restart as a new run (next attempt).",
+            current_status=exc.current,
+        )
     if isinstance(exc, JobAttemptExists):
         return p.ProblemError(
             p.CONFLICT,
@@ -185,6 +195,7 @@ def _run_recording_problem(exc: Exception) -> p.ProblemError:
             "This Idempotency-Key was used with a different request body; use a new key for a "
             "different request (a key names one request for 24 hours).",
         )
+    assert isinstance(exc, IdempotencyInFlight), exc
     return p.ProblemError(
         p.IDEMPOTENCY_IN_FLIGHT,
         "A request with this Idempotency-Key is still being processed; retry in a moment to get its answer.",
@@ -193,20 +204,7 @@ def _run_recording_problem(exc: Exception) -> p.ProblemError:
 
 
 async def _application(request: Request, exc: Exception) -> Response:
-    """A use case's refusal (service.usecases.errors) as its problem."""
-    if isinstance(exc, RunNotFound | RunsNotFound):
-        return await _problem(request, run_not_found_problem(exc))
-    if isinstance(exc, FinalStatusLocked):
-        return await _problem(
-            request,
-            p.ProblemError(
-                p.CONFLICT,
-                f"Run {request.path_params.get('run_id')} is {exc.current}, a final status: it cannot become {exc.requested}. "
-                "Record a restart as a new run (next attempt).",
-                current_status=exc.current,
-            ),
-        )
-    return await _problem(request, _run_recording_problem(exc))
+    return await _problem(request, _use_case_problem(request, exc))
 
 
 async def _http(request: Request, exc: Exception) -> Response:

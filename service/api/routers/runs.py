@@ -277,7 +277,7 @@ def get_run(run_id: RunId, reader: Reader) -> RunRead:
 def update_run(run_id: RunId, request_body: RunUpdate, principal: WritePrincipal, uow: WriteUow) -> RunRead:
     changes = {name: getattr(request_body, name) for name in request_body.model_fields_set}
     updated = runs_usecase.update_run(
-        uow, tenant=principal.tenant, run_id=run_id, changes=changes, now=service.now_utc()
+        uow, tenant=principal.tenant, run_id=run_id, changes=changes, now=datetime.now(UTC)
     )
     return run_read(updated)
 
