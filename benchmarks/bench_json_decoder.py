@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from service.api import json_body
-from service.api.services.ingest import parse_measurements
+from service.api.measurement_request import parse_measurements
 
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
 

@@ -30,10 +30,10 @@ create`:
 The bulk loader (``BulkLoader``) writes the store's own tables (``service.store.tables``) in one big
 transaction per chunk of runs, and reuses the service's code for every value the ingest path computes:
 
-* run rows: ``service.api.services.runs.prepare_run`` on a ``RunCreate`` (parameter counts, size class,
+* run rows: ``service.api.run_request.prepare_run`` on a ``RunCreate`` (parameter counts, size class,
   FLOPs per token, peak), once per configuration; per-run fields (start time, status, job id, tags,
   budget, price) are then set on a copy.
-* measurement rows: ``service.api.services.ingest.measurement_values`` (the ingest path's own function:
+* measurement rows: ``service.usecases.ingest.measurement_values`` (the ingest path's own function:
   throughput form → tokens/s → MFU, HFU, TFLOP/s, tokens/s per device) on items shaped like the
   validated JSON; written with ``service.store.measurements.insert_measurements`` (multi-row INSERTs on SQLite,
   COPY on PostgreSQL: the ingest path's own writer).
@@ -82,7 +82,6 @@ from benchmarks import server as server_module
 from benchmarks.loadgen import LoadResult, run_load, run_stream_load
 from service.api import run_request
 from service.api.schemas.runs import RunCreate
-from service.api.services import ingest
 from service.domain import fleet
 from service.store import measurements as measurements_store
 from service.store import records as records_store
@@ -100,6 +99,7 @@ from service.store.tables import (
     tenant_mfu_bins,
 )
 from service.store.uow import UnitOfWork
+from service.usecases.ingest import measurement_values
 from service.usecases.measurements import summary_after
 
 ADMIN_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -531,7 +531,7 @@ class BulkLoader:
             config = self.configs[config_index]
             rows = [
                 dict(zip(measurements_store.MEASUREMENT_COLUMNS, values, strict=True))
-                for values in ingest.measurement_values(config.template, items, now=NOW)
+                for values in measurement_values(config.template, items, now=NOW)
             ]
             for row, pk in zip(rows, pks, strict=True):
                 row["run_pk"] = pk

@@ -24,11 +24,11 @@ from service.api.middleware import RequestContextMiddleware
 from service.api.openapi import build_openapi
 from service.api.ops import router as ops_router
 from service.api.routers import MATCH_ORDER, ROUTERS, TAGS
-from service.api.services.ingest import MeasurementIngest
 from service.observability import LOGGER_NAME
 from service.settings import Settings, load_settings
 from service.store import migrate
 from service.store.engine import build_engine, max_connections
+from service.usecases.ingest import MeasurementIngest
 
 logger = logging.getLogger(LOGGER_NAME)
 

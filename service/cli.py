@@ -221,10 +221,11 @@ class _ApiRecorder:
     def measurement_values(
         self, run: RunRecord, items: Sequence[Mapping[str, Any]], *, now: datetime
     ) -> list[tuple[Any, ...]]:
-        from service.api.services import ingest
+        from service.api.measurement_request import parse_measurements
+        from service.usecases.ingest import measurement_values
 
-        parsed = ingest.parse_measurements(orjson.dumps(list(items)), max_items=max(len(items), 1))
-        return ingest.measurement_values(run, parsed, now=now)
+        parsed = parse_measurements(orjson.dumps(list(items)), max_items=max(len(items), 1))
+        return measurement_values(run, parsed, now=now)
 
 
 def _percent(fraction: float | None) -> str:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -15,18 +15,18 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from service.api.problems import FORBIDDEN, UNAUTHORIZED, UNAUTHORIZED_HEADERS, ProblemError, invalid_api_key
-from service.api.schemas.measurements import MeasurementsAdded
 from service.settings import Settings
 from service.store import keys
 from service.store.uow import UnitOfWork
+from service.usecases.measurements import Added
 
 
 class MeasurementIngest(Protocol):
     """What a route needs of the app's measurement ingest (built by the app factory)."""
 
     async def add(
-        self, *, principal: keys.Principal, run_id: str, body: bytes, max_items: int
-    ) -> MeasurementsAdded: ...
+        self, *, principal: keys.Principal, run_id: str, items: list[dict[str, Any]], offload: bool
+    ) -> Added: ...
 
 
 async def get_settings(request: Request) -> Settings:

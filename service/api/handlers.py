@@ -23,6 +23,7 @@ from service.usecases.errors import (
     IdempotencyInFlight,
     IdempotencyKeyReused,
     JobAttemptExists,
+    KeyRevoked,
     RunNotFound,
     RunsNotFound,
 )
@@ -182,6 +183,8 @@ def _use_case_problem(request: Request, exc: Exception) -> p.ProblemError:
             f"{exc.requested}. Record a restart as a new run (next attempt).",
             current_status=exc.current,
         )
+    if isinstance(exc, KeyRevoked):
+        return p.invalid_api_key()
     if isinstance(exc, JobAttemptExists):
         return p.ProblemError(
             p.CONFLICT,
@@ -304,6 +307,7 @@ def install_handlers(app: FastAPI) -> None:
         JobAttemptExists,
         IdempotencyKeyReused,
         IdempotencyInFlight,
+        KeyRevoked,
     )
     for refusal in refusals:
         app.add_exception_handler(refusal, _application)

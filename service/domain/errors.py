@@ -16,6 +16,12 @@ Hierarchy::
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class DomainError(Exception):
     code = "domain-error"
@@ -46,3 +52,30 @@ class NotFound(DomainError):
     ) -> None:
         super().__init__(message, field=field)
         self.close_matches = close_matches
+
+
+def with_field_prefix(
+    prefix: str, action: Callable[[], T], *, exact: bool = False, fields: Mapping[str, str] | None = None
+) -> T:
+    """Run ``action``; a domain error is raised again naming the request path of its field: ``fields``
+    maps bare names to full paths, any other field goes under ``prefix`` (unless it already starts
+    with it), and ``exact`` (or a field of None) names ``prefix`` itself: the whole sub-object at
+    ``prefix`` is the one value at fault. The one place a domain error's field is re-rooted; the
+    domain's error is left as raised (a copy names the path)."""
+    try:
+        return action()
+    except DomainError as exc:
+        name = exc.field
+        if exact or name is None:
+            path = prefix
+        elif fields and name in fields:
+            path = fields[name]
+        elif name.startswith(prefix):
+            path = name
+        else:
+            path = f"{prefix}.{name}"
+        if path == name:
+            raise
+        rooted = copy.copy(exc)
+        rooted.field = path
+        raise rooted from exc

@@ -326,7 +326,8 @@ DEMO_RUN_IDS: dict[str, str] = {
 
 class RunRecorder(Protocol):
     """The API's own computations for a run's body and a measurement body (the caller passes the
-    API's: ``service.api.run_request.prepare_run`` and ``service.api.services.ingest``)."""
+    API's: ``service.api.run_request.prepare_run``, and ``service.api.measurement_request`` with
+    ``service.usecases.ingest.measurement_values``)."""
 
     def prepare_run(
         self, body: Mapping[str, Any], *, now: datetime

@@ -1,4 +1,4 @@
-"""Measurement ingest through the group-commit writer (service.api.services.ingest), on SQLite and
+"""Measurement ingest through the group-commit writer (service.usecases.ingest), on SQLite and
 PostgreSQL: concurrent requests share transactions without losing or doubling a step, and what the
 process caches (the key's principal, the run's compute facts) never lets a revoked key or a deleted
 run write."""
@@ -257,20 +257,3 @@ def test_each_value_of_a_measurement_lands_in_its_own_column(store_client: Store
     assert (row.grad_norm_sq_small, row.grad_norm_sq_big) == (3.5, 1.5)
     assert (row.batch_small_tokens, row.batch_big_tokens) == (4096, 65536)
     assert row.measured_at == datetime(2026, 12, 2, 10, 0, 5, tzinfo=UTC)
-
-
-def test_parsing_holds_off_the_cyclic_collector_and_restores_it_as_it_was() -> None:
-    import gc
-
-    from service.api.services import ingest
-
-    assert gc.isenabled()
-    assert ingest._gc_paused(gc.isenabled) is False  # off while the work runs
-    assert ingest._gc_paused(ingest._gc_paused, gc.isenabled) is False  # nested: still off
-    assert gc.isenabled()  # back on once the last pause ends
-    gc.disable()
-    try:
-        ingest._gc_paused(lambda: None)
-        assert not gc.isenabled()  # someone else's disabled collector stays disabled
-    finally:
-        gc.enable()

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from starlette.responses import Response
 
 from service import plots
+from service.api import measurement_request
 from service.api.cursors import CursorCodec, cursor_codec
 from service.api.deps import (
     SECURITY_REQUIREMENT,
@@ -316,8 +317,12 @@ async def add_measurements(run_id: RunId, request: Request) -> Response:
     principal = await principal_rechecked_on_write(request, "write")
     settings = await get_settings(request)
     body = await request.body()
-    added = await measurement_ingest(request).add(
-        principal=principal, run_id=run_id, body=body, max_items=settings.max_measurements_per_request
+    added = await measurement_request.add_measurements(
+        measurement_ingest(request),
+        principal=principal,
+        run_id=run_id,
+        body=body,
+        max_items=settings.max_measurements_per_request,
     )
     # Serialized here: the model was built by the service, so FastAPI's re-validation of the
     # response model would only repeat it.

@@ -25,10 +25,6 @@ from service.store.keys import Principal
 from service.usecases.runs import require_run
 
 
-def now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
 def get_run(connection: Connection, *, principal: Principal, run_id: str) -> RunRead:
     return run_read(require_run(connection, tenant=principal.tenant, run_id=run_id))
 

@@ -1,44 +1,28 @@
-"""Measurement ingest, the HTTP side: parse a body, compute each measurement's MFU, and hand the rows
-to the app's group-commit writer (the transaction: :mod:`service.usecases.measurements`).
+"""Add measurements, the pipeline of one app: each request's items become measurement rows (tokens/s,
+MFU, HFU, TFLOP/s per device, computed with the domain) and go to the app's group-commit writer, whose
+transaction is :func:`service.usecases.measurements.record_batch`; a request is answered once that
+transaction has committed.
 
-The path of one request (``MeasurementIngest.add``):
-
-1. The body is validated straight from its JSON bytes (one object or a list of up to
-   ``max_measurements_per_request``; all or nothing: the first invalid item is a 422 naming it).
-2. The run's compute facts (FLOPs per token, part and peak, device count, sequence length) come from a
-   process-local cache or one read. They never change after creation, so a cached copy is exact.
-3. Every item's tokens/s, MFU, HFU, TFLOP/s per device are computed with the domain (an MFU above 1
-   is a 422 that stores nothing). Bodies over ``INLINE_BODY_BYTES`` are parsed and computed in the
-   threadpool, so that a 10,000-item request never stalls the event loop.
-4. The writer commits the jobs queued meanwhile in one transaction and answers each after the
-   commit; a key revoked since it was cached is a 401, a run deleted meanwhile a 404.
+The run's compute facts (FLOPs per token, part and peak, device count, sequence length) come from a
+process-local cache or one read: they never change after creation, so a cached copy is exact. An MFU
+above 1 is refused with the domain's explanation and stores nothing; a key revoked since it was cached
+is :class:`KeyRevoked`, a run deleted meanwhile :class:`RunNotFound`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
-import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime
-from functools import lru_cache, partial
-from typing import Annotated, Any, TypeVar
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
-from pydantic import Field, TypeAdapter, ValidationError
-from sqlalchemy import Engine
-from starlette.concurrency import run_in_threadpool
+from anyio import to_thread
 
-from service.api import json_body
-from service.api.handlers import validation_problem
-from service.api.presenters.runs import run_summary
-from service.api.problems import invalid_api_key
-from service.api.resolve import with_field_prefix
-from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
-from service.api.services.runs import now_utc
 from service.domain import hardware, mfu
-from service.domain.errors import DomainError
+from service.domain.errors import DomainError, with_field_prefix
 from service.domain.run import stored_accelerator
 from service.observability import MEASUREMENTS_INGESTED, observe_ingest_batch
 from service.store import measurements as measurements_store
@@ -46,51 +30,19 @@ from service.store import records as records_store
 from service.store import runs as store
 from service.store.group_commit import GroupCommitWriter
 from service.store.keys import Principal
-from service.store.uow import UnitOfWork
+from service.store.uow import Database, UnitOfWork
 from service.usecases.errors import KeyRevoked, RunNotFound
 from service.usecases.measurements import Added, MeasurementJob, record_batch
 
-#: Bodies above this (about 100 items, a millisecond of work) are parsed and computed in the threadpool.
-INLINE_BODY_BYTES = 32 * 1024
 #: Rows per group-commit transaction at most (a batch always takes at least one whole request): batching
 #: shares a transaction's fixed cost among small requests; a large one gains nothing from company, and
-#: its parsing overlaps the previous one's writing only if they are not in one batch.
+#: its computing overlaps the previous one's writing only if they are not in one batch.
 MAX_BATCH_ROWS = 2_000
 #: SQLite: requests of up to this many rows are committed on the event loop (group_commit's inline
 #: batches), a few milliseconds of loop at most.
 INLINE_COMMIT_ROWS = 64
 #: Runs whose compute facts are cached per process.
 RUN_CACHE_ENTRIES = 4096
-
-T = TypeVar("T")
-
-
-# --------------------------------------------------------------------------------------------------
-# Parse and compute
-
-
-@lru_cache(maxsize=8)
-def _adapters(max_items: int) -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
-    many: TypeAdapter[Any] = TypeAdapter(
-        Annotated[list[MeasurementItem], Field(min_length=1, max_length=max_items)]
-    )
-    one: TypeAdapter[Any] = TypeAdapter(MeasurementItem)
-    return many, one
-
-
-def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
-    """One measurement object or a list of them, decoded by the service's one JSON decoder (duplicate
-    keys refused: service.api.json_body) and validated as plain dicts (all or nothing)."""
-    many, one = _adapters(max_items)
-    decoded = json_body.loads(body)
-    try:
-        parsed = (
-            many.validate_python(decoded) if isinstance(decoded, list) else [one.validate_python(decoded)]
-        )
-    except ValidationError as exc:
-        raise validation_problem(exc, root="body") from None
-    return parsed
-
 
 #: The rate forms, in the order a throughput is read (validated: exactly one form is given).
 _RATE_FORMS: dict[
@@ -143,9 +95,10 @@ def measurement_values(
     now: datetime,
     accelerator: hardware.Accelerator | None = None,
 ) -> list[tuple[Any, ...]]:
-    """Value tuples for the measurements table, in ``MEASUREMENT_COLUMNS`` order (a test checks it):
-    each item's global tokens/s (the domain's ``global_rate_scale``), then MFU, HFU, achieved TFLOP/s
-    and tokens/s per device from the domain's ``RateFactors`` of the first item."""
+    """Value tuples for the measurements table, in ``MEASUREMENT_COLUMNS`` order (a test checks it),
+    from validated items (plain dicts): each item's global tokens/s (the domain's
+    ``global_rate_scale``), then MFU, HFU, achieved TFLOP/s and tokens/s per device from the domain's
+    ``RateFactors`` of the first item. A domain error names its item: ``body[3].throughput``."""
     if accelerator is None:
         accelerator = run_accelerator(run)
     device_count = run.device_count
@@ -225,39 +178,6 @@ def measurement_values(
     return values
 
 
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_enabled_before = True
-
-
-def _gc_paused(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``function`` with the cyclic garbage collector held off (nested and concurrent calls counted).
-
-    A large body keeps tens of thousands of container objects alive at once, and each time that many
-    survive CPython runs a full collection over the whole heap. They hold no cycles and are freed by
-    reference counting when the request ends, so the pause loses nothing. Only around the CPU-bound
-    parsing and computing: a pause held across the wait for the writer would overlap from request to
-    request under sustained load, and the collector would never run. A collector someone else disabled
-    stays disabled."""
-    global _gc_pausers, _gc_enabled_before
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_enabled_before = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        return function(*args, **kwargs)
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_enabled_before:
-                gc.enable()
-
-
-# --------------------------------------------------------------------------------------------------
-# The pipeline of one app
-
-
 @dataclass(frozen=True, slots=True)
 class _RunFacts:
     run: records_store.RunRecord  # only its fields fixed at creation are used
@@ -274,18 +194,18 @@ class MeasurementIngest:
 
     def __init__(
         self,
-        engine: Engine,
+        database: Database,
         *,
         admission: AbstractAsyncContextManager[Any] | None = None,
         on_revoked_key: Callable[[int], None] = lambda _key_id: None,
         max_batch_rows: int = MAX_BATCH_ROWS,
     ) -> None:
-        self._engine = engine
+        self._database = database
         self._admission = admission
         self._on_revoked_key = on_revoked_key
         self._runs: dict[tuple[str, str], _RunFacts] = {}
         self.writer: GroupCommitWriter[MeasurementJob, Added] = GroupCommitWriter(
-            engine,
+            database,
             record_batch,
             weight=lambda job: len(job.values),
             max_batch_weight=max_batch_rows,
@@ -299,52 +219,40 @@ class MeasurementIngest:
         self.writer.close()
 
     async def add(
-        self, *, principal: Principal, run_id: str, body: bytes, max_items: int
-    ) -> MeasurementsAdded:
+        self, *, principal: Principal, run_id: str, items: list[dict[str, Any]], offload: bool
+    ) -> Added:
+        """Store validated ``items`` (plain dicts) in run ``run_id``; ``offload``: compute the rows in
+        a worker thread (a large request), so that the event loop is never held for long."""
         tenant = principal.tenant
-        inline = len(body) <= INLINE_BODY_BYTES
-        if inline:
-            items = parse_measurements(body, max_items=max_items)
-        else:
-            items = await run_in_threadpool(_gc_paused, parse_measurements, body, max_items=max_items)
         facts = self._runs.get((tenant, run_id))
         if facts is None:
             facts = await self._read_run(tenant, run_id)
-        if inline:
-            job = self._job(principal, run_id, facts, items)
+        if offload:
+            job = await to_thread.run_sync(self._job, principal, run_id, facts, items)
         else:
-            job = await run_in_threadpool(_gc_paused, self._job, principal, run_id, facts, items)
-        del items
-        return await self._submit(principal, run_id, job)
-
-    async def _submit(self, principal: Principal, run_id: str, job: MeasurementJob) -> MeasurementsAdded:
+            job = self._job(principal, run_id, facts, items)
         try:
             added = await self.writer.submit(job)
         except KeyRevoked:
             self._on_revoked_key(principal.key_id)
-            raise invalid_api_key() from None
+            raise
         except RunNotFound:
-            self._runs.pop((principal.tenant, run_id), None)
+            self._runs.pop((tenant, run_id), None)
             raise
         MEASUREMENTS_INGESTED.inc(added.stored)
-        return MeasurementsAdded(
-            run_id=added.run.id,
-            received=added.received,
-            stored=added.stored,
-            ignored_steps=added.ignored_steps,
-            summary=run_summary(added.run),
-        )
+        return added
 
     def _job(
         self, principal: Principal, run_id: str, facts: _RunFacts, items: list[dict[str, Any]]
     ) -> MeasurementJob:
-        values = measurement_values(facts.run, items, now=now_utc(), accelerator=facts.accelerator)
-        parameters = measurements_store.measurement_parameters(self._engine.dialect, values)
+        now = datetime.now(UTC)
+        values = measurement_values(facts.run, items, now=now, accelerator=facts.accelerator)
+        parameters = measurements_store.measurement_parameters(self._database.dialect, values)
         return MeasurementJob(principal.key_id, principal.tenant, run_id, facts.run, values, parameters)
 
     async def _read_run(self, tenant: str, run_id: str) -> _RunFacts:
         async with self._admission or nullcontext():
-            run = await run_in_threadpool(self._fetch_run, tenant, run_id)
+            run = await to_thread.run_sync(self._fetch_run, tenant, run_id)
         if run is None:
             raise RunNotFound(run_id)
         facts = _RunFacts(run, run_accelerator(run))
@@ -354,5 +262,5 @@ class MeasurementIngest:
         return facts
 
     def _fetch_run(self, tenant: str, run_id: str) -> records_store.RunRecord | None:
-        with UnitOfWork(self._engine, write=False) as uow:
+        with UnitOfWork(self._database, write=False) as uow:
             return store.get_run(uow.connection, tenant=tenant, run_id=run_id, with_tags=False)

@@ -1,0 +1,66 @@
+"""A measurement request, the HTTP side: the body validated straight from its JSON bytes (one object
+or a list of up to ``max_measurements_per_request``; all or nothing: the first invalid item is a 422
+naming it), handed to the app's ingest (:mod:`service.usecases.ingest`), its answer presented.
+
+Bodies over ``INLINE_BODY_BYTES`` are parsed, and their rows computed, in the threadpool, so that a
+10,000-item request never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from service.api import json_body
+from service.api.deps import MeasurementIngest
+from service.api.handlers import validation_problem
+from service.api.presenters.runs import run_summary
+from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
+from service.store.keys import Principal
+
+#: Bodies above this (about 100 items, a millisecond of work) are parsed and computed in the threadpool.
+INLINE_BODY_BYTES = 32 * 1024
+
+
+@lru_cache(maxsize=8)
+def _adapters(max_items: int) -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
+    many: TypeAdapter[Any] = TypeAdapter(
+        Annotated[list[MeasurementItem], Field(min_length=1, max_length=max_items)]
+    )
+    one: TypeAdapter[Any] = TypeAdapter(MeasurementItem)
+    return many, one
+
+
+def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
+    """One measurement object or a list of them, decoded by the service's one JSON decoder (duplicate
+    keys refused: service.api.json_body) and validated as plain dicts (all or nothing)."""
+    many, one = _adapters(max_items)
+    decoded = json_body.loads(body)
+    try:
+        parsed = (
+            many.validate_python(decoded) if isinstance(decoded, list) else [one.validate_python(decoded)]
+        )
+    except ValidationError as exc:
+        raise validation_problem(exc, root="body") from None
+    return parsed
+
+
+async def add_measurements(
+    ingest: MeasurementIngest, *, principal: Principal, run_id: str, body: bytes, max_items: int
+) -> MeasurementsAdded:
+    inline = len(body) <= INLINE_BODY_BYTES
+    if inline:
+        items = parse_measurements(body, max_items=max_items)
+    else:
+        items = await run_in_threadpool(parse_measurements, body, max_items=max_items)
+    added = await ingest.add(principal=principal, run_id=run_id, items=items, offload=not inline)
+    return MeasurementsAdded(
+        run_id=added.run.id,
+        received=added.received,
+        stored=added.stored,
+        ignored_steps=added.ignored_steps,
+        summary=run_summary(added.run),
+    )
