@@ -20,6 +20,7 @@ from service.api.handlers import validation_problem
 from service.api.presenters.runs import run_summary
 from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
 from service.store.keys import Principal
+from service.usecases.ingest import gc_paused
 
 #: Bodies above this (about 100 items, a millisecond of work) are parsed and computed in the threadpool.
 INLINE_BODY_BYTES = 32 * 1024
@@ -55,7 +56,7 @@ async def add_measurements(
     if inline:
         items = parse_measurements(body, max_items=max_items)
     else:
-        items = await run_in_threadpool(parse_measurements, body, max_items=max_items)
+        items = await run_in_threadpool(gc_paused, parse_measurements, body, max_items=max_items)
     added = await ingest.add(principal=principal, run_id=run_id, items=items, offload=not inline)
     return MeasurementsAdded(
         run_id=added.run.id,
