@@ -1,7 +1,7 @@
 """The measurement-ingest transaction's statements (the batch's logic: ``service.usecases.measurements``).
 
-A batch reads under lock (:func:`lock_for_ingest`: which keys are still active, the runs locked, their
-MFU histograms and step buckets, in two statements), decides in Python what to store, then writes
+A batch reads under lock (:func:`lock_for_ingest`: the runs locked, which keys are still active, the
+runs' MFU histograms and step buckets), decides in Python what to store, then writes
 (:func:`write_ingest`: the measurements, the runs' histograms and summaries, the tenant and fleet
 histograms, the step buckets). The histogram is not read back after the upsert: the run is locked, so
 the histogram read with the lock plus the batch's counts is what the upsert leaves.
@@ -14,21 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import (
-    ARRAY,
-    BigInteger,
-    CompoundSelect,
-    Connection,
-    Integer,
-    Select,
-    any_,
-    bindparam,
-    cast,
-    func,
-    literal_column,
-    select,
-    union_all,
-)
+from sqlalchemy import ARRAY, Connection, Integer, Select, any_, bindparam, func, select
 
 from service.domain.fleet import SeriesBin
 from service.store import histograms as histograms_store
@@ -68,8 +54,7 @@ class LockedRun:
     """A locked run's identity and its summary as it stands (``runs.SUMMARY_COLUMNS``; times UTC,
     a median not yet known None). The rest of a run is fixed at creation (or, like its status and
     tags, not ingest's business), so a cached record plus these is the run as it stands:
-    :meth:`applied_to`. Why not the whole row: 40 columns (and the spec's JSON) read per run per
-    batch cost more than the rest of the lock (PostgreSQL, 8 runs: 0.12 of its 0.42 ms of CPU)."""
+    :meth:`applied_to`; the whole row (40 columns and the spec's JSON) is not read again per batch."""
 
     pk: int
     id: str
@@ -100,59 +85,28 @@ def _id_in(column: Any, name: str, dialect_name: str) -> Any:
     return column.in_(bindparam(name, expanding=True))
 
 
-@dataclass(frozen=True, slots=True)
-class _LockQueries:
-    #: The runs, locked (first: what the facts read is read under the lock).
-    lock_runs: Select[Any]
-    #: One row per fact, tagged by kind (_KEY, _BIN, _EXTENT): the active keys, the locked runs' MFU
-    #: histograms and their step-bucket extents, in one statement (each statement costs the writer
-    #: more than its rows do).
-    facts: CompoundSelect
-
-    @property
-    def statements(self) -> tuple[Select[Any] | CompoundSelect, ...]:
-        return (self.lock_runs, self.facts)
-
-
-_KEY, _BIN, _EXTENT = 0, 1, 2
-
-
-def _fact(kind: int, *values: Any) -> Select[Any]:
-    """A select of (kind, four BIGINT values; missing ones NULL): the union's common shape."""
-    padded = [*values, *[literal_column("NULL")] * (4 - len(values))]
-    columns = [cast(value, BigInteger).label(name) for value, name in zip(padded, "abcd", strict=True)]
-    return select(literal_column(str(kind)).label("kind"), *columns)
-
-
 @lru_cache(maxsize=2)
-def _lock_queries(dialect_name: str) -> _LockQueries:
-    """Built once per dialect (constructing a statement costs more than running it here)."""
-    of_runs = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
+def _lock_queries(dialect_name: str) -> tuple[Select[Any], ...]:
+    """The lock's four statements, built once per dialect (building one costs more than running it):
+    the runs locked in primary-key order (two writers locking overlapping sets never deadlock), then
+    the keys still active, the locked runs' MFU histograms and the step-bucket extents of the long ones."""
+    locked_pks = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
     h, s = run_mfu_bins, run_series_bins
-    keys = _fact(_KEY, api_keys.c.id).where(
-        _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
-    )
-    bins = _fact(_BIN, h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
-        h.c.run_pk.in_(of_runs.scalar_subquery()), h.c.n_measurements > literal_column("0")
-    )
-    extents = (
-        _fact(_EXTENT, s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket))
-        .where(
-            s.c.run_pk.in_(
-                of_runs.where(
-                    runs.c.measurement_count > bindparam("series_above", type_=Integer)
-                ).scalar_subquery()
-            )
-        )
-        .group_by(s.c.run_pk)
-    )
-    return _LockQueries(
-        # Primary-key order: two writers locking overlapping sets never deadlock.
-        lock_runs=select(*_LOCKED_COLUMNS)
+    long_pks = locked_pks.where(runs.c.measurement_count > bindparam("series_above", type_=Integer))
+    return (
+        select(*_LOCKED_COLUMNS)
         .where(_id_in(runs.c.id, "run_ids", dialect_name))
         .order_by(runs.c.pk)
         .with_for_update(),
-        facts=union_all(keys, bins, extents),
+        select(api_keys.c.id).where(
+            _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
+        ),
+        select(h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
+            h.c.run_pk.in_(locked_pks.scalar_subquery()), h.c.n_measurements > 0
+        ),
+        select(s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket))
+        .where(s.c.run_pk.in_(long_pks.scalar_subquery()))
+        .group_by(s.c.run_pk),
     )
 
 
@@ -162,34 +116,23 @@ def lock_for_ingest(
     """Lock the runs (primary-key order), then check the keys and read the runs' histograms and, for
     those with more than ``series_above`` measurements, their step-bucket extents, in a write
     transaction the caller holds."""
-    parameters = _lock_parameters(key_ids, run_ids, series_above)
-    queries = _lock_queries(connection.dialect.name)
-    return _locked([connection.execute(statement, parameters).all() for statement in queries.statements])
-
-
-def _lock_parameters(key_ids: Sequence[int], run_ids: Sequence[str], series_above: int) -> dict[str, Any]:
-    return {"key_ids": sorted(set(key_ids)), "run_ids": sorted(set(run_ids)), "series_above": series_above}
-
-
-def _locked(results: Sequence[Sequence[Sequence[Any]]]) -> LockedForIngest:
-    if len(results) != 2:
-        raise RuntimeError(f"{len(results)} results for the lock's 2 statements")
-    run_rows, fact_rows = results
-    active: set[int] = set()
+    parameters = {
+        "key_ids": sorted(set(key_ids)),
+        "run_ids": sorted(set(run_ids)),
+        "series_above": series_above,
+    }
+    lock_runs, active_keys, bins, extents = _lock_queries(connection.dialect.name)
+    locked = {row[1]: _locked_run(row) for row in connection.execute(lock_runs, parameters)}
     histograms: dict[int, dict[int, int]] = {}
-    extents: dict[int, tuple[int, int, int]] = {}
-    for kind, first, second, third, fourth in fact_rows:
-        if kind == _BIN:
-            histograms.setdefault(int(first), {})[int(second)] = int(third)
-        elif kind == _EXTENT:
-            extents[int(first)] = (int(second), int(third), int(fourth))
-        else:
-            active.add(int(first))
+    for run_pk, mfu_bin, count in connection.execute(bins, parameters):
+        histograms.setdefault(run_pk, {})[mfu_bin] = count
     return LockedForIngest(
-        active_key_ids=frozenset(active),
-        runs={row[1]: _locked_run(row) for row in run_rows},
+        active_key_ids=frozenset(connection.execute(active_keys, parameters).scalars()),
+        runs=locked,
         histograms=histograms,
-        series_extents=extents,
+        series_extents={
+            run_pk: (width, low, high) for run_pk, width, low, high in connection.execute(extents, parameters)
+        },
     )
 
 
