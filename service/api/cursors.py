@@ -24,6 +24,7 @@ from typing import Any
 
 from fastapi import Request
 
+from service.api.schemas.fields import is_stored_int
 from service.domain.errors import InvalidInput
 from service.settings import Settings
 
@@ -79,6 +80,16 @@ class CursorCodec:
         if not isinstance(payload, dict):
             raise InvalidInput(FOREIGN_CURSOR, field=field)
         return payload
+
+    def decode_step(self, cursor: str, *, scope: str, field: str = "query.cursor") -> int:
+        """The step a measurement cursor issued for ``scope`` (run and step range) resumes after."""
+        payload = self.decode(cursor, field)
+        if payload.get("f") != scope or not is_stored_int(payload.get("k")):
+            raise InvalidInput(
+                "this cursor belongs to another run or step range; pass next_cursor unchanged.", field=field
+            )
+        step: int = payload["k"]
+        return step
 
 
 async def cursor_codec(request: Request) -> CursorCodec:

@@ -27,6 +27,8 @@ from service.api.deps import (
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, negotiate, representations
 from service.api.presenters.comparison import comparison_read
+from service.api.presenters.efficiency import run_efficiency_read
+from service.api.presenters.measurements import measurement_page
 from service.api.presenters.runs import run_read
 from service.api.run_request import prepare_run, request_fingerprint
 from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
@@ -49,10 +51,11 @@ from service.api.schemas.runs import (
     RunUpdate,
     SortOrder,
 )
-from service.api.services import efficiency, measurement_history
+from service.api.services import prediction
 from service.api.services import runs as service
 from service.store.run_filters import RunFilters
-from service.usecases import comparison, record_run
+from service.usecases import comparison, measurement_history, record_run
+from service.usecases import efficiency as efficiency_usecase
 from service.usecases import runs as runs_usecase
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
@@ -344,17 +347,19 @@ def list_measurements(
     cursor: Annotated[str | None, Query(max_length=500, pattern=NO_NUL_PATTERN)] = None,
     cursors: CursorCodec = Depends(cursor_codec),
 ) -> MeasurementPage:
+    scope = f"{run_id}:{min_step}:{max_step}"
+    after = None if cursor is None else cursors.decode_step(cursor, scope=scope)
     with reader.unit_of_work() as uow:
-        return measurement_history.list_measurements(
+        page = measurement_history.measurement_history(
             uow.connection,
-            principal=reader.principal,
+            tenant=reader.principal.tenant,
             run_id=run_id,
             limit=limit,
-            cursor=cursor,
+            after_step=after,
             min_step=min_step,
             max_step=max_step,
-            cursors=cursors,
         )
+    return measurement_page(page, limit=limit, scope=scope, cursors=cursors)
 
 
 @router.get(
@@ -374,19 +379,21 @@ def list_measurements(
 def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEfficiency | Response:
     media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
-        view = efficiency.run_efficiency(uow, principal=reader.principal, run_id=run_id)
+        facts = efficiency_usecase.run_efficiency(uow, tenant=reader.principal.tenant, run_id=run_id)
+        predicted = prediction.predicted_vs_measured(uow.connection, facts.run)
+    answer = run_efficiency_read(facts, predicted)
     if media_type == JSON:
-        return view.answer
-    answer = view.answer
+        return answer
+    points, run = facts.series, facts.run
     chart = plots.mfu_over_time_chart(
         "svg" if media_type == SVG else "png",
-        hours=[point.hours for point in view.points],
-        mfu=[point.mfu for point in view.points],
-        mfu_min=[point.mfu if point.mfu_min is None else point.mfu_min for point in view.points],
-        mfu_max=[point.mfu if point.mfu_max is None else point.mfu_max for point in view.points],
+        hours=[point.hours for point in points],
+        mfu=[point.mfu for point in points],
+        mfu_min=[point.mfu if point.mfu_min is None else point.mfu_min for point in points],
+        mfu_max=[point.mfu if point.mfu_max is None else point.mfu_max for point in points],
         median=answer.mfu.median,
-        model=view.model_name,
-        cluster=view.cluster,
+        model=run.model_name,
+        cluster=f"{run.device_count} × {run.accelerator_name}",
         run_id=answer.run_id,
     )
     if media_type == SVG:

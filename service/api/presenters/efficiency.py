@@ -1,25 +1,18 @@
 """A run's efficiency as answered: the use case's MFU distribution, trend, series, tokens, budget date
-and goodput (:mod:`service.usecases.efficiency`), with the run's prediction beside the measured MFU.
-"""
+and goodput (:mod:`service.usecases.efficiency`), with the run's prediction beside the measured MFU
+(:mod:`service.api.services.prediction`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import cast
-
-from sqlalchemy import Connection
 
 from service.api.presenters.goodput import goodput_summary
 from service.api.schemas.common import ConventionName, PrecisionName
 from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, RunStatus, SeriesPointRead
 from service.api.services.prediction import PredictedVsMeasured
-from service.api.services.prediction import predicted_vs_measured as run_prediction
 from service.domain import fleet
-from service.store import records as records_store
-from service.store.keys import Principal
-from service.store.uow import UnitOfWork
-from service.usecases import efficiency as usecase
+from service.usecases.efficiency import RunEfficiencyFacts
 
 TOKENS_METHOD = (
     "latest_step × global_batch_tokens: a step is a completed optimizer step, so step N has consumed "
@@ -31,26 +24,10 @@ TREND_METHOD = (
 )
 
 
-def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) -> PredictedVsMeasured:
-    """The run's predicted step time and MFU beside the measured ones, with where it loses
-    (:mod:`service.api.services.prediction`); a note instead when the run records too little."""
-    return run_prediction(connection, run)
-
-
-@dataclass(frozen=True, slots=True)
-class EfficiencyView:
-    answer: RunEfficiency
-    points: list[fleet.SeriesPoint]
-    model_name: str
-    cluster: str
-
-
-def run_efficiency(uow: UnitOfWork, *, principal: Principal, run_id: str) -> EfficiencyView:
-    """The use case's facts (:mod:`service.usecases.efficiency`) as answered, with the prediction."""
-    facts = usecase.run_efficiency(uow, tenant=principal.tenant, run_id=run_id)
+def run_efficiency_read(facts: RunEfficiencyFacts, predicted: PredictedVsMeasured) -> RunEfficiency:
     run, trend, series = facts.run, facts.trend, facts.series
     origin = run.first_measured_at
-    answer = RunEfficiency(
+    return RunEfficiency(
         run_id=run.id,
         status=cast("RunStatus", run.status),
         convention=cast("ConventionName", run.convention),
@@ -105,13 +82,7 @@ def run_efficiency(uow: UnitOfWork, *, principal: Principal, run_id: str) -> Eff
         seconds_to_budget=facts.budget.seconds_to_budget,
         estimated_budget_reached_at=facts.budget.reached_at,
         budget_reached_after_year_9999=facts.budget.reached_after_year_9999,
-        prediction=(predicted := predicted_vs_measured(uow.connection, run)).prediction,
+        prediction=predicted.prediction,
         prediction_note=predicted.note,
         goodput=goodput_summary(facts.goodput),
-    )
-    return EfficiencyView(
-        answer=answer,
-        points=series,
-        model_name=run.model_name,
-        cluster=f"{run.device_count} × {run.accelerator_name}",
     )
