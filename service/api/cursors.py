@@ -20,6 +20,7 @@ import binascii
 import hashlib
 import hmac
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Request
@@ -27,6 +28,9 @@ from fastapi import Request
 from service.api.schemas.fields import is_stored_int
 from service.domain.errors import InvalidInput
 from service.settings import Settings
+from service.store import records as records_store
+from service.store import run_filters as run_filters_store
+from service.store import runs as runs_store
 
 #: Bytes of the HMAC kept in a cursor: 128 bits, beyond guessing, and a short query parameter.
 SIGNATURE_BYTES = 16
@@ -90,6 +94,69 @@ class CursorCodec:
             )
         step: int = payload["k"]
         return step
+
+
+# Run listings: a cursor holds the last run's (sort value, pk) and the listing's fingerprint (its
+# filters and sort), so that a cursor is never applied to another listing.
+
+
+def _run_position(payload: dict[str, Any], sort: str) -> tuple[Any, int]:
+    """The (sort value, pk) a signed cursor holds, each checked against what the column can hold."""
+    damaged = InvalidInput("cursor is damaged; pass next_cursor unchanged.", field="query.cursor")
+    value: Any = payload.get("v")
+    pk: Any = payload.get("k")
+    if not is_stored_int(pk) or pk < 1:
+        raise damaged
+    if sort == "started_at":
+        if not isinstance(value, str):
+            raise damaged
+        try:
+            moment = datetime.fromisoformat(value)
+            if moment.tzinfo is None:
+                raise ValueError
+            moment.astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise damaged from None
+        return moment, pk
+    if isinstance(value, bool) or not isinstance(value, int | float) or not runs_store.NO_MFU <= value <= 1:
+        raise damaged
+    return float(value), pk
+
+
+def _filters_hash(filters: run_filters_store.RunFilters, sort: str, order: str) -> str:
+    text = repr((filters, sort, order)).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def decode_run_position(
+    cursors: CursorCodec, cursor: str, *, filters: run_filters_store.RunFilters, sort: str, order: str
+) -> tuple[Any, int]:
+    """Where a run-listing cursor resumes: the (sort value, pk) of the last run of its page."""
+    payload = cursors.decode(cursor)
+    if payload.get("f") != _filters_hash(filters, sort, order):
+        raise InvalidInput(
+            "this cursor belongs to a listing with other filters or another sort; start again "
+            "without a cursor, or keep the filters and sort of the first page.",
+            field="query.cursor",
+        )
+    return _run_position(payload, sort)
+
+
+def run_cursor(
+    cursors: CursorCodec,
+    last: records_store.RunRecord,
+    *,
+    filters: run_filters_store.RunFilters,
+    sort: str,
+    order: str,
+) -> str:
+    """The cursor of the page after the one ending with ``last``."""
+    value = (
+        last.started_at.isoformat()
+        if sort == "started_at"
+        else (last.median_mfu if last.median_mfu is not None else runs_store.NO_MFU)
+    )
+    return cursors.encode({"v": value, "k": last.pk, "f": _filters_hash(filters, sort, order)})
 
 
 async def cursor_codec(request: Request) -> CursorCodec:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from service.api.schemas.common import HardwareRef, ModelDimensions, ModelRef, ThroughputIn
 from service.domain import hardware, mfu, models
 from service.domain.errors import with_field_prefix
+from service.store import records as records_store
 
 
 @lru_cache(maxsize=1024)
@@ -58,3 +59,18 @@ def resolve_throughput(throughput: ThroughputIn) -> mfu.Throughput:
         global_batch_tokens=throughput.global_batch_tokens,
         global_batch_sequences=throughput.global_batch_sequences,
     )
+
+
+def normalise_accelerator(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if value.strip().lower() == records_store.CUSTOM_ACCELERATOR:
+        return records_store.CUSTOM_ACCELERATOR
+    return with_field_prefix("query.accelerator", lambda: hardware.lookup_accelerator(value).id)
+
+
+def normalise_model(value: str | None) -> str | None:
+    if value is None:
+        return None
+    preset = models.PRESETS.get(value.strip().lower())
+    return preset.id if preset is not None else value

@@ -1,16 +1,19 @@
-"""A tenant's run: reading it (the step every run use case starts with), changing what a caller may
-change after recording it (status, finish time, budget, price, tags), deleting it. The rules are the
+"""A tenant's run: reading it (the step every run use case starts with), listing a tenant's runs,
+changing what a caller may change after recording it (status, finish time, budget, price, tags),
+deleting it. The rules are the
 domain's (:mod:`service.domain.run`); no HTTP, no SQL."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from service.domain import run as run_domain
 from service.domain.errors import InvalidInput
 from service.store import records as records_store
+from service.store import run_filters as run_filters_store
 from service.store import runs as runs_store
 from service.store.uow import Transaction, UnitOfWork
 from service.usecases.errors import RunNotFound
@@ -26,6 +29,44 @@ def require_run(
     if run is None:
         raise RunNotFound(run_id)
     return run
+
+
+@dataclass(frozen=True, slots=True)
+class RunListPage:
+    runs: list[records_store.RunRecord]  # in the listing's order
+    more: bool  # runs past this page
+
+
+def list_runs(
+    transaction: Transaction,
+    *,
+    tenant: str,
+    filters: run_filters_store.RunFilters,
+    sort: run_filters_store.SortField,
+    descending: bool,
+    limit: int,
+    after: tuple[Any, int] | None,
+) -> RunListPage:
+    """Up to ``limit`` of the tenant's runs matching ``filters``, after the (sort value, pk) position
+    ``after``; a range whose bounds are crossed is refused."""
+    if (
+        filters.min_parameters is not None
+        and filters.max_parameters is not None
+        and filters.min_parameters > filters.max_parameters
+    ):
+        raise InvalidInput("min_parameters is above max_parameters.", field="query.min_parameters")
+    if filters.min_mfu is not None and filters.max_mfu is not None and filters.min_mfu > filters.max_mfu:
+        raise InvalidInput("min_mfu is above max_mfu.", field="query.min_mfu")
+    rows = run_filters_store.list_runs(
+        transaction,
+        tenant=tenant,
+        filters=filters,
+        sort=sort,
+        descending=descending,
+        limit=limit + 1,
+        after=after,
+    )
+    return RunListPage(rows[:limit], len(rows) > limit)
 
 
 #: What a caller may change on a recorded run besides its status and finish time, as the store names it.

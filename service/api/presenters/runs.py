@@ -8,16 +8,20 @@ from service.api.schemas.common import ConventionName, PrecisionName
 from service.api.schemas.layout import RunLayoutRead
 from service.api.schemas.runs import (
     RunLinks,
+    RunPage,
     RunParameterCountsRead,
     RunRead,
+    RunSort,
     RunStatus,
     RunSummary,
     SizeClassName,
+    SortOrder,
 )
 from service.domain import economics
 from service.domain.parallel_layout import stored_layout_knobs
 from service.store import records as records_store
 from service.usecases.efficiency import budget_of
+from service.usecases.runs import RunListPage
 
 
 def run_summary(run: records_store.RunRecord) -> RunSummary:
@@ -80,4 +84,14 @@ def run_read(run: records_store.RunRecord) -> RunRead:
         peak_tflops_per_device=run.peak_tflops_per_device,
         summary=run_summary(run),
         links=RunLinks(self=base, measurements=f"{base}/measurements", efficiency=f"{base}/efficiency"),
+    )
+
+
+def run_page(page: RunListPage, *, next_cursor: str | None, limit: int, sort: str, order: str) -> RunPage:
+    return RunPage(
+        items=[run_read(run) for run in page.runs],
+        next_cursor=next_cursor,
+        limit=limit,
+        sort=cast("RunSort", sort),
+        order=cast("SortOrder", order),
     )

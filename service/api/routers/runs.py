@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from service import plots
 from service.api import measurement_request
-from service.api.cursors import CursorCodec, cursor_codec
+from service.api.cursors import CursorCodec, cursor_codec, decode_run_position, run_cursor
 from service.api.deps import (
     SECURITY_REQUIREMENT,
     Reader,
@@ -29,7 +29,8 @@ from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, 
 from service.api.presenters.comparison import comparison_read
 from service.api.presenters.efficiency import run_efficiency_read
 from service.api.presenters.measurements import measurement_page
-from service.api.presenters.runs import run_read
+from service.api.presenters.runs import run_page, run_read
+from service.api.resolve import normalise_accelerator, normalise_model
 from service.api.run_request import prepare_run, request_fingerprint
 from service.api.schemas.fields import INT64_MAX, NO_NUL_PATTERN, RUN_ID_PATTERN, Text, UtcDatetime
 from service.api.schemas.measurements import (
@@ -52,7 +53,6 @@ from service.api.schemas.runs import (
     SortOrder,
 )
 from service.api.services import prediction
-from service.api.services import runs as service
 from service.store.run_filters import RunFilters
 from service.usecases import comparison, measurement_history, record_run
 from service.usecases import efficiency as efficiency_usecase
@@ -236,8 +236,8 @@ def list_runs(
     cursors: CursorCodec = Depends(cursor_codec),
 ) -> RunPage:
     filters = RunFilters(
-        accelerator=service.normalise_accelerator(accelerator),
-        model=service.normalise_model(model),
+        accelerator=normalise_accelerator(accelerator),
+        model=normalise_model(model),
         min_parameters=min_parameters,
         max_parameters=max_parameters,
         tags=tuple(dict.fromkeys(tag or ())),
@@ -248,23 +248,31 @@ def list_runs(
         min_mfu=min_mfu,
         max_mfu=max_mfu,
     )
+    after = None
+    if cursor is not None:
+        after = decode_run_position(cursors, cursor, filters=filters, sort=sort, order=order)
     with reader.unit_of_work() as uow:
-        return service.list_runs(
+        page = runs_usecase.list_runs(
             uow.connection,
-            principal=reader.principal,
+            tenant=reader.principal.tenant,
             filters=filters,
             sort=sort,
-            order=order,
+            descending=order == "desc",
             limit=limit,
-            cursor=cursor,
-            cursors=cursors,
+            after=after,
         )
+    next_cursor = (
+        run_cursor(cursors, page.runs[-1], filters=filters, sort=sort, order=order) if page.more else None
+    )
+    return run_page(page, next_cursor=next_cursor, limit=limit, sort=sort, order=order)
 
 
 @router.get("/runs/{run_id}", response_model=RunRead, summary="Read a run")
 def get_run(run_id: RunId, reader: Reader) -> RunRead:
     with reader.unit_of_work() as uow:
-        return service.get_run(uow.connection, principal=reader.principal, run_id=run_id)
+        return run_read(
+            runs_usecase.require_run(uow.connection, tenant=reader.principal.tenant, run_id=run_id)
+        )
 
 
 @router.patch(

@@ -11,10 +11,10 @@ from service.api.deps import Reader
 from service.api.json_body import StrictJsonRoute
 from service.api.negotiation import JSON, PNG, SVG, media_response, negotiate, representations
 from service.api.presenters.fleet_stats import fleet_stats_read
+from service.api.resolve import normalise_accelerator
 from service.api.schemas.fields import NO_NUL_PATTERN, RUN_ID_PATTERN
 from service.api.schemas.runs import SizeClassName
 from service.api.schemas.stats import FleetGroup, FleetMfuStats
-from service.api.services import runs as service
 from service.usecases import fleet_stats
 
 router = APIRouter(tags=["stats"], route_class=StrictJsonRoute)
@@ -50,7 +50,7 @@ def get_fleet_mfu_stats(
             fleet_stats.fleet_stats(
                 uow,
                 tenant=reader.principal.tenant,
-                accelerator=service.normalise_accelerator(accelerator),
+                accelerator=normalise_accelerator(accelerator),
                 size_class=size_class,
                 run_id=run_id,
             )
