@@ -1,6 +1,6 @@
 """A run's efficiency as answered: the use case's MFU distribution, trend, series, tokens, budget date
 and goodput (:mod:`service.usecases.efficiency`), with the run's prediction beside the measured MFU
-(:mod:`service.api.services.prediction`)."""
+(:mod:`service.api.presenters.run_prediction`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from datetime import timedelta
 from typing import cast
 
 from service.api.presenters.goodput import goodput_summary
+from service.api.presenters.run_prediction import PredictedVsMeasured
 from service.api.schemas.common import ConventionName, PrecisionName
 from service.api.schemas.runs import MfuDistribution, MfuTrend, RunEfficiency, RunStatus, SeriesPointRead
-from service.api.services.prediction import PredictedVsMeasured
 from service.domain import fleet
 from service.usecases.efficiency import RunEfficiencyFacts
 

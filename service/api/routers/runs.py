@@ -29,6 +29,7 @@ from service.api.negotiation import JSON, NEGOTIATED, PNG, SVG, media_response, 
 from service.api.presenters.comparison import comparison_read
 from service.api.presenters.efficiency import run_efficiency_read
 from service.api.presenters.measurements import measurement_page
+from service.api.presenters.run_prediction import predicted_vs_measured
 from service.api.presenters.runs import run_page, run_read
 from service.api.resolve import normalise_accelerator, normalise_model
 from service.api.run_request import prepare_run, request_fingerprint
@@ -52,9 +53,8 @@ from service.api.schemas.runs import (
     RunUpdate,
     SortOrder,
 )
-from service.api.services import prediction
 from service.store.run_filters import RunFilters
-from service.usecases import comparison, measurement_history, record_run
+from service.usecases import comparison, measurement_history, record_run, run_prediction
 from service.usecases import efficiency as efficiency_usecase
 from service.usecases import runs as runs_usecase
 
@@ -388,8 +388,8 @@ def get_run_efficiency(run_id: RunId, request: Request, reader: Reader) -> RunEf
     media_type = negotiate(request, (JSON, SVG, PNG))
     with reader.unit_of_work() as uow:
         facts = efficiency_usecase.run_efficiency(uow, tenant=reader.principal.tenant, run_id=run_id)
-        predicted = prediction.predicted_vs_measured(uow.connection, facts.run)
-    answer = run_efficiency_read(facts, predicted)
+        predicted = run_prediction.predict_stored_run(uow.connection, facts.run)
+    answer = run_efficiency_read(facts, predicted_vs_measured(predicted, convention=facts.run.convention))
     if media_type == JSON:
         return answer
     points, run = facts.series, facts.run

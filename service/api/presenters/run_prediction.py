@@ -1,37 +1,21 @@
-"""Predicted against measured for a stored run (the ``prediction`` of ``GET /v1/runs/{id}/efficiency``).
-
-The run's recorded description (model, accelerator and count, parallel layout, global batch, precision,
-FLOPs convention) is predicted with :func:`service.domain.performance.predict_step` under the fleet
-calibration of its accelerator (:func:`service.usecases.calibration.stored_calibration`; the defaults, said
-so, when the fleet has too few runs to fit), and set beside the run's median MFU. The largest components
-of the predicted step other than useful FLOPs are named in plain language with what they cost in MFU
-points; the gap between predicted and measured MFU is what the model does not explain. A run that does
-not record a micro-batch size or a global batch of whole sequences gets no prediction and a note naming
-those fields.
+"""Predicted against measured for a stored run (the ``prediction`` of ``GET /v1/runs/{id}/efficiency``),
+from :func:`service.usecases.run_prediction.predict_stored_run`. The largest components of the predicted
+step other than useful FLOPs are named in plain language with what they cost in MFU points; the gap
+between predicted and measured MFU is what the model does not explain.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-
-from sqlalchemy import Connection
 
 from service.api.calibration import calibration_read
 from service.api.presenters.memory import layout_read
 from service.api.presenters.predictions import losses, prediction_warnings
 from service.api.schemas.predictions import BreakdownComponentName
 from service.api.schemas.runs import PredictedLossRead, RunPredictionRead
-from service.domain import economics, hardware
-from service.domain.errors import DomainError
 from service.domain.performance import StepPrediction
-from service.store import records as records_store
-from service.usecases.calibration import (
-    STORED_RUN_ASSUMPTIONS,
-    StoredCalibration,
-    stored_calibration,
-    stored_run_inputs,
-)
+from service.usecases.calibration import STORED_RUN_ASSUMPTIONS, StoredCalibration
+from service.usecases.run_prediction import StoredRunPrediction
 
 #: Components of the predicted step named in an answer (largest first).
 TOP_LOSSES = 3
@@ -142,63 +126,27 @@ def _reading(
     return f"{start}: the run loses most to the {top_text}{tail}"
 
 
-def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) -> PredictedVsMeasured:
-    """The run's predicted step beside its measured median MFU (module docstring), or a note."""
-    stored = stored_run_inputs(
-        run.spec,
-        precision=run.precision,
-        seq_len_tokens=run.seq_len_tokens,
-        device_count=run.device_count,
-        convention=run.convention,
+def predicted_vs_measured(stored: StoredRunPrediction, *, convention: str) -> PredictedVsMeasured:
+    """The run's predicted step beside its measured median MFU (module docstring), or the note."""
+    prediction, inputs, calibration, measured = (
+        stored.prediction,
+        stored.inputs,
+        stored.calibration,
+        stored.measured,
     )
-    if stored.inputs is None:
-        if stored.missing:
-            return PredictedVsMeasured(
-                None,
-                f"No prediction: the run does not record {' and '.join(stored.missing)}. Record runs with "
-                "them (POST /v1/runs) to see predicted against measured MFU and where the gap is.",
-            )
-        return PredictedVsMeasured(
-            None, f"No prediction: the recorded run cannot be predicted ({stored.problem})."
-        )
-    inputs = stored.inputs
-    calibration = stored_calibration(
-        connection.engine,
-        scope="fleet",
-        tenant=None,
-        accelerator=inputs.cluster.accelerator,
-        connection=connection,
-        wait=False,  # an efficiency answer never waits for a fit (see calibration)
-    )
-    try:
-        prediction = inputs.predict(calibration)
-    except DomainError as exc:
-        return PredictedVsMeasured(
-            None, f"No prediction: the recorded layout cannot be predicted ({exc.message})"
-        )
-    values = (prediction.step_time_seconds, prediction.mfu, *prediction.breakdown.as_dict().values())
-    if not all(math.isfinite(v) for v in values) or prediction.step_time_seconds <= 0:
-        return PredictedVsMeasured(None, "No prediction: the recorded run predicts no finite step time.")
-
-    measured = run.median_mfu if run.median_mfu is not None and run.median_mfu > 0 else None
-    tokens_per_second = step_seconds = gap = ratio = None
-    if measured is not None:
-        seconds_per_billion = economics.seconds_per_billion_tokens(
-            model_flops_per_token=run.model_flops_per_token,
-            device_count=run.device_count,
-            peak_flops_per_device=run.peak_tflops_per_device * hardware.TERA,
-            mfu=measured,
-        )
-        tokens_per_second = economics.tokens_per_second_at(seconds_per_billion=seconds_per_billion)
-        step_seconds = run.global_batch_tokens / tokens_per_second
-        gap = 100.0 * (prediction.mfu - measured)
-        ratio = measured / prediction.mfu
+    if prediction is None or inputs is None or calibration is None:
+        return PredictedVsMeasured(None, stored.note)
+    measured_mfu = measured.median_mfu if measured is not None else None
+    gap = ratio = None
+    if measured_mfu is not None:
+        gap = 100.0 * (prediction.mfu - measured_mfu)
+        ratio = measured_mfu / prediction.mfu
     top = largest_losses(prediction)
     assumptions = [
         *STORED_RUN_ASSUMPTIONS,
         f"calibration: {calibration.source}"
         + ("; the fit may count this run among the fleet's" if calibration.fitted else ""),
-        f"predicted and measured MFU both count FLOPs under the run's {run.convention} convention; "
+        f"predicted and measured MFU both count FLOPs under the run's {convention} convention; "
         "MFU points are percentage points of the dense peak",
     ]
     return PredictedVsMeasured(
@@ -210,13 +158,13 @@ def predicted_vs_measured(connection: Connection, run: records_store.RunRecord) 
             predicted_step_time_seconds=prediction.step_time_seconds,
             predicted_tokens_per_second=prediction.tokens_per_second,
             predicted_mfu=prediction.mfu,
-            measured_median_mfu=measured,
-            measured_tokens_per_second_at_median=tokens_per_second,
-            measured_step_time_seconds_at_median=step_seconds,
+            measured_median_mfu=measured_mfu,
+            measured_tokens_per_second_at_median=measured.tokens_per_second if measured else None,
+            measured_step_time_seconds_at_median=measured.step_time_seconds if measured else None,
             mfu_gap_points=gap,
             measured_to_predicted=ratio,
             largest_losses=top,
-            reading=_reading(prediction, calibration, measured, top),
+            reading=_reading(prediction, calibration, measured_mfu, top),
             assumptions=assumptions,
             warnings=prediction_warnings(prediction, inputs.cluster.accelerator),
         )
