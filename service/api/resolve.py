@@ -47,18 +47,7 @@ def resolve_accelerator(ref: HardwareRef, *, field: str = "body.hardware") -> ha
 
 
 def resolve_throughput(throughput: ThroughputIn) -> mfu.Throughput:
-    if throughput.tokens_per_second is not None:
-        return mfu.GlobalTokensPerSecond(throughput.tokens_per_second)
-    if throughput.tokens_per_second_per_device is not None:
-        return mfu.TokensPerSecondPerDevice(throughput.tokens_per_second_per_device)
-    if throughput.sequences_per_second is not None:
-        return mfu.SamplesPerSecond(throughput.sequences_per_second)
-    assert throughput.step_time_seconds is not None
-    return mfu.StepTime(
-        throughput.step_time_seconds,
-        global_batch_tokens=throughput.global_batch_tokens,
-        global_batch_sequences=throughput.global_batch_sequences,
-    )
+    return mfu.throughput_from_fields(throughput.model_dump(exclude_none=True))[2]
 
 
 def normalise_accelerator(value: str | None) -> str | None:

@@ -9,8 +9,9 @@ is :class:`ImplausibleResult` naming the likely cause. Typical LLM training MFU 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from service.domain.errors import ImplausibleResult, InvalidInput
 from service.domain.flops import DEFAULT_CONVENTION, Convention, EmbeddingPolicy, Recompute, flops_per_token
@@ -72,6 +73,34 @@ class SamplesPerSecond:
 
 
 Throughput = GlobalTokensPerSecond | TokensPerSecondPerDevice | StepTime | SamplesPerSecond
+
+_RATE_FORMS: dict[str, type[GlobalTokensPerSecond | TokensPerSecondPerDevice | SamplesPerSecond]] = {
+    "tokens_per_second": GlobalTokensPerSecond,
+    "tokens_per_second_per_device": TokensPerSecondPerDevice,
+    "sequences_per_second": SamplesPerSecond,
+}
+
+
+def throughput_from_fields(fields: Mapping[str, Any]) -> tuple[str, float, Throughput]:
+    """The form sent, its value and the throughput, from one given as named fields (the API's
+    ``throughput`` object: one rate form, or ``step_time_seconds`` with ``global_batch_tokens`` or
+    ``global_batch_sequences``; the rate forms are read first)."""
+    for form, kind in _RATE_FORMS.items():
+        value = fields.get(form)
+        if value is not None:
+            return form, value, kind(value)
+    value = fields.get("step_time_seconds")
+    if value is None:
+        raise InvalidInput(
+            f"give the throughput as one of {', '.join(_RATE_FORMS)} or step_time_seconds.",
+            field="throughput",
+        )
+    throughput = StepTime(
+        value,
+        global_batch_tokens=fields.get("global_batch_tokens"),
+        global_batch_sequences=fields.get("global_batch_sequences"),
+    )
+    return "step_time_seconds", value, throughput
 
 
 def _positive(value: float | None, field: str, what: str) -> float:

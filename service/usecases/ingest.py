@@ -48,36 +48,6 @@ INLINE_COMMIT_ROWS = 64
 #: Runs whose compute facts are cached per process.
 RUN_CACHE_ENTRIES = 4096
 
-#: The rate forms, in the order a throughput is read (validated: exactly one form is given).
-_RATE_FORMS: dict[
-    str, type[mfu.GlobalTokensPerSecond | mfu.TokensPerSecondPerDevice | mfu.SamplesPerSecond]
-] = {
-    "tokens_per_second": mfu.GlobalTokensPerSecond,
-    "tokens_per_second_per_device": mfu.TokensPerSecondPerDevice,
-    "sequences_per_second": mfu.SamplesPerSecond,
-}
-
-
-def _sent_form(throughput: dict[str, Any]) -> tuple[str, float]:
-    """The form sent and its value."""
-    for form in _RATE_FORMS:
-        value = throughput.get(form)
-        if value is not None:
-            return form, value
-    return "step_time_seconds", throughput["step_time_seconds"]
-
-
-def _domain_throughput(throughput: dict[str, Any]) -> mfu.Throughput:
-    """The domain's throughput for the one sent."""
-    form, value = _sent_form(throughput)
-    if form == "step_time_seconds":
-        return mfu.StepTime(
-            value,
-            global_batch_tokens=throughput.get("global_batch_tokens"),
-            global_batch_sequences=throughput.get("global_batch_sequences"),
-        )
-    return _RATE_FORMS[form](value)
-
 
 def run_accelerator(run: records_store.RunRecord) -> hardware.Accelerator:
     """The run's part as resolved at creation, with the peak stored then: a later catalog change
@@ -123,7 +93,7 @@ def measurement_values(
     # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
     # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
     factors = mfu.RateFactors.of(
-        with_field_prefix("body[0]", lambda: full(_domain_throughput(items[0]["throughput"])))
+        with_field_prefix("body[0]", lambda: full(mfu.throughput_from_fields(items[0]["throughput"])[2]))
     )
     # Each item's global tokens/s from the domain's scale of its form (and batch): one per distinct
     # (form, batch) in the request, then a multiply or a divide per item (mfu.global_rate_scale).
@@ -136,7 +106,7 @@ def measurement_values(
             ((form, value),) = throughput.items()
             batch_tokens = batch_sequences = None
         else:
-            form, value = _sent_form(throughput)
+            form, value, _ = mfu.throughput_from_fields(throughput)
             batch_tokens = throughput.get("global_batch_tokens")
             batch_sequences = throughput.get("global_batch_sequences")
         scale_key = (form, batch_tokens, batch_sequences)
@@ -146,7 +116,7 @@ def measurement_values(
                 f"body[{index}]",
                 partial(
                     mfu.global_rate_scale,
-                    _domain_throughput(throughput),
+                    mfu.throughput_from_fields(throughput)[2],
                     device_count=device_count,
                     seq_len_tokens=seq_len,
                 ),
@@ -155,7 +125,7 @@ def measurement_values(
         scale, inverse = scaled
         rate = scale / value if inverse else value * scale
         if not factors.plausible(rate):  # the domain explains why (likely causes, corrected values)
-            with_field_prefix(f"body[{index}]", partial(full, _domain_throughput(throughput)))
+            with_field_prefix(f"body[{index}]", partial(full, mfu.throughput_from_fields(throughput)[2]))
         get = item.get
         values.append(
             (

@@ -268,3 +268,22 @@ def test_an_absurdly_small_or_large_throughput_is_implausible_not_a_tiny_or_infi
             compute_mfu(model_flops_per_token=1e9, accelerator=H100, device_count=8, precision="bf16",
                         throughput=GlobalTokensPerSecond(tokens))  # fmt: skip
         assert err.value.field == "throughput"
+
+
+def test_a_throughput_given_as_fields_is_read_in_its_one_form() -> None:
+    from service.domain import mfu
+
+    assert mfu.throughput_from_fields({"tokens_per_second": 5e5}) == (
+        "tokens_per_second",
+        5e5,
+        mfu.GlobalTokensPerSecond(5e5),
+    )
+    assert mfu.throughput_from_fields({"sequences_per_second": 12.0})[2] == mfu.SamplesPerSecond(12.0)
+    form, value, throughput = mfu.throughput_from_fields(
+        {"step_time_seconds": 2.5, "global_batch_sequences": 512}
+    )
+    assert (form, value) == ("step_time_seconds", 2.5)
+    assert throughput == mfu.StepTime(2.5, global_batch_sequences=512)
+    with pytest.raises(InvalidInput) as raised:
+        mfu.throughput_from_fields({"global_batch_tokens": 4096})
+    assert raised.value.field == "throughput"
