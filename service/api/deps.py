@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -18,15 +18,7 @@ from service.api.problems import FORBIDDEN, UNAUTHORIZED, UNAUTHORIZED_HEADERS, 
 from service.settings import Settings
 from service.store import keys
 from service.store.uow import UnitOfWork
-from service.usecases.measurements import Added
-
-
-class MeasurementIngest(Protocol):
-    """What a route needs of the app's measurement ingest (built by the app factory)."""
-
-    async def add(
-        self, *, principal: keys.Principal, run_id: str, items: list[dict[str, Any]], offload: bool
-    ) -> Added: ...
+from service.usecases.ingest import MeasurementIngest
 
 
 async def get_settings(request: Request) -> Settings:

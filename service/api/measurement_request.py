@@ -15,12 +15,11 @@ from pydantic import Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from service.api import json_body
-from service.api.deps import MeasurementIngest
 from service.api.handlers import validation_problem
 from service.api.presenters.runs import run_summary
 from service.api.schemas.measurements import MeasurementItem, MeasurementsAdded
 from service.store.keys import Principal
-from service.usecases.ingest import gc_paused
+from service.usecases.ingest import MeasurementIngest, gc_paused
 
 #: Bodies above this (about 100 items, a millisecond of work) are parsed and computed in the threadpool.
 INLINE_BODY_BYTES = 32 * 1024

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from service.api.cursors import CursorCodec, run_cursor
 from service.api.schemas.common import ConventionName, PrecisionName
 from service.api.schemas.layout import RunLayoutRead
 from service.api.schemas.runs import (
@@ -20,6 +21,7 @@ from service.api.schemas.runs import (
 from service.domain import economics
 from service.domain.parallel_layout import stored_layout_knobs
 from service.store import records as records_store
+from service.store.run_filters import RunFilters
 from service.usecases.efficiency import budget_of
 from service.usecases.runs import RunListPage
 
@@ -87,7 +89,14 @@ def run_read(run: records_store.RunRecord) -> RunRead:
     )
 
 
-def run_page(page: RunListPage, *, next_cursor: str | None, limit: int, sort: str, order: str) -> RunPage:
+def run_page(
+    page: RunListPage, *, filters: RunFilters, sort: str, order: str, limit: int, cursors: CursorCodec
+) -> RunPage:
+    """The page, its ``next_cursor`` (the last run's position, signed with the listing's filters and
+    sort) when more follow."""
+    next_cursor = (
+        run_cursor(cursors, page.runs[-1], filters=filters, sort=sort, order=order) if page.more else None
+    )
     return RunPage(
         items=[run_read(run) for run in page.runs],
         next_cursor=next_cursor,

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from service import plots
 from service.api import measurement_request
-from service.api.cursors import CursorCodec, cursor_codec, decode_run_position, run_cursor
+from service.api.cursors import CursorCodec, cursor_codec, decode_run_position
 from service.api.deps import (
     SECURITY_REQUIREMENT,
     Reader,
@@ -261,10 +261,7 @@ def list_runs(
             limit=limit,
             after=after,
         )
-    next_cursor = (
-        run_cursor(cursors, page.runs[-1], filters=filters, sort=sort, order=order) if page.more else None
-    )
-    return run_page(page, next_cursor=next_cursor, limit=limit, sort=sort, order=order)
+    return run_page(page, filters=filters, sort=sort, order=order, limit=limit, cursors=cursors)
 
 
 @router.get("/runs/{run_id}", response_model=RunRead, summary="Read a run")
