@@ -86,7 +86,8 @@ class GroupCommitWriter(Generic[Job, Result]):
     ``weight(job)`` sizes a job (say, its rows); a batch holds at least one job, however heavy.
     ``on_batch(jobs, seconds)`` is told each transaction's job count and duration (for metrics).
     ``inline_max_weight``: jobs up to this weight are batched and committed on the caller's event loop
-    (see the module's docstring); 0 (the default) sends every job to the thread. SQLite only.
+    (see the module's docstring), all those of a couple of its turns in one transaction; 0 (the
+    default) sends every job to the thread. SQLite only.
     """
 
     def __init__(
@@ -180,51 +181,36 @@ class GroupCommitWriter(Generic[Job, Result]):
             self._commit_inline()
 
     def _commit_inline(self) -> None:
-        """The light jobs of this turn of the loop, committed here unless the write lock is taken."""
-        waiting, self._inline = self._inline, []
-        batch: list[_Pending[Job]] = []
-        total = 0
-        for pending in waiting:
-            batch.append(pending)
-            total += pending.weight
-            if total >= self._max_batch_weight:
-                self._commit_here_or_in_thread(batch)
-                batch, total = [], 0
-        if batch:
-            self._commit_here_or_in_thread(batch)
-
-    def _commit_here_or_in_thread(self, batch: list[_Pending[Job]]) -> None:
-        if not self._commit(batch, inline=True):
+        """The light jobs of these turns of the loop, committed here unless the write lock is taken
+        (one transaction: a few milliseconds at most, since each is light)."""
+        batch, self._inline = self._inline, []
+        if batch and not self._commit(batch, inline=True):
             self._to_thread(batch)
 
     # ----------------------------------------------------------------------------------------------
     # The writer thread
 
     def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                self._drain_closed()
-                self._drop_thread_connection()
-                return
-            batch: list[_Pending[Job]] = [first]
-            total = first.weight
-            stop = False
+        stop = False
+        while not stop:
+            batch: list[_Pending[Job]] = []
+            total = 0
+            block = True  # wait for a first job; then take what is already queued, up to the weight
             while total < self._max_batch_weight:
                 try:
-                    following = self._queue.get_nowait()
+                    pending = self._queue.get(block=block)
                 except queue.Empty:
                     break
-                if following is _STOP:
+                if pending is _STOP:
                     stop = True
                     break
-                batch.append(following)
-                total += following.weight
-            self._commit(batch)
-            if stop:
-                self._drain_closed()
-                self._drop_thread_connection()
-                return
+                batch.append(pending)
+                total += pending.weight
+                block = False
+            if batch:
+                self._commit(batch)
+        self._drain_closed()
+        self._drop_thread_connection()
 
     def _drain_closed(self) -> None:
         while True:
@@ -240,7 +226,12 @@ class GroupCommitWriter(Generic[Job, Result]):
         the write lock; False (nothing done) when it is taken."""
         started = time.perf_counter()
         try:
-            outcomes = self._transaction([pending.job for pending in batch], inline=inline)
+            jobs = [pending.job for pending in batch]
+            outcomes = (
+                self._transaction_on(self._inline_connection, jobs, wait=False)
+                if inline
+                else self._thread_transaction(jobs)
+            )
         except WriteLockBusy:
             return False
         except Exception as exc:
@@ -265,14 +256,9 @@ class GroupCommitWriter(Generic[Job, Result]):
 
     def _alone(self, job: Job) -> Outcome:
         try:
-            return self._transaction([job])[0]
+            return self._thread_transaction([job])[0]
         except Exception as exc:
             return exc
-
-    def _transaction(self, jobs: list[Job], *, inline: bool = False) -> Sequence[Outcome]:
-        if not inline:
-            return self._thread_transaction(jobs)
-        return self._transaction_on(self._inline_connection, jobs, wait=False)
 
     def _thread_transaction(self, jobs: list[Job]) -> Sequence[Outcome]:
         """PostgreSQL: on the thread's own connection, held from batch to batch (no pool checkout and

@@ -1,36 +1,21 @@
-"""The measurement-ingest transaction's statements (the batch's logic: ``service.usecases.measurements``).
-
-A batch reads under lock (:func:`lock_for_ingest`: the runs locked, which keys are still active, the
-runs' MFU histograms and step buckets), decides in Python what to store, then writes
-(:func:`write_ingest`: the measurements, the runs' histograms and summaries, the tenant and fleet
-histograms, the step buckets). The histogram is not read back after the upsert: the run is locked, so
-the histogram read with the lock plus the batch's counts is what the upsert leaves.
+"""The measurement-ingest transaction's reads under lock (the batch's logic and writes:
+``service.usecases.measurements``): the runs locked, which keys are still active, the runs' MFU
+histograms and step-bucket extents. The histogram is not read back after the batch's upsert: the run is
+locked, so the histogram read with the lock plus the batch's counts is what the upsert leaves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import ARRAY, Connection, Integer, Select, any_, bindparam, func, select
 
-from service.domain.fleet import SeriesBin
-from service.store import histograms as histograms_store
-from service.store import measurements as measurements_store
 from service.store import records as records_store
 from service.store import runs as run_store
-from service.store import series as series_store
-from service.store.tables import (
-    api_keys,
-    run_mfu_bins,
-    run_series_bins,
-    runs,
-)
-
-# --------------------------------------------------------------------------------------------------
-# Reads, under lock
+from service.store.tables import api_keys, run_mfu_bins, run_series_bins, runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,41 +119,3 @@ def lock_for_ingest(
             run_pk: (width, low, high) for run_pk, width, low, high in connection.execute(extents, parameters)
         },
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# Writes
-
-
-@dataclass(frozen=True, slots=True)
-class IngestWrites:
-    """What a batch writes, in the order it is written."""
-
-    #: New measurements as driver parameters (``runs.measurement_parameters``).
-    measurements: Sequence[tuple[Any, ...]] = ()
-    #: Counts to add per run pk and MFU bin.
-    histogram_counts: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
-    #: Runs as their summary columns should now read.
-    summaries: Sequence[records_store.RunRecord] = ()
-    #: Runs' medians moving between fleet bins: (run, old bin, new bin).
-    moves: Sequence[tuple[records_store.RunRecord, int | None, int | None]] = ()
-    #: Runs whose step buckets are built from their stored measurements (these included): pk → width.
-    series_rebuilds: Mapping[int, int] = field(default_factory=dict)
-    #: Runs whose stored step buckets are replaced: pk → (width, buckets).
-    series_replacements: Mapping[int, tuple[int, Sequence[SeriesBin]]] = field(default_factory=dict)
-    #: Buckets added to the stored ones, at their width: pk → (width, buckets).
-    series_additions: Mapping[int, tuple[int, Sequence[SeriesBin]]] = field(default_factory=dict)
-
-
-def write_ingest(connection: Connection, writes: IngestWrites) -> None:
-    """Write a batch in the caller's transaction (the runs locked by :func:`lock_for_ingest`): the
-    store's statements in turn (SQLite; PostgreSQL's writer thread, where COPY takes the rows)."""
-    measurements_store.insert_measurements(connection, parameters=writes.measurements)
-    histograms_store.add_to_run_histograms(connection, counts=writes.histogram_counts)
-    run_store.update_summaries(connection, summaries=writes.summaries)
-    histograms_store.move_runs_in_histograms(connection, moves=writes.moves)
-    for run_pk, width in sorted(writes.series_rebuilds.items()):
-        series_store.rebuild_series(connection, run_pk=run_pk, width=width)
-    for run_pk, (width, bins) in sorted(writes.series_replacements.items()):
-        series_store.replace_series(connection, run_pk=run_pk, width=width, bins=bins)
-    series_store.add_to_series(connection, additions=writes.series_additions)

@@ -22,9 +22,11 @@ from typing import Any
 
 from service.domain import fleet
 from service.domain.run import SUMMARY_FIELDS, NewMeasurement, RunSummary
+from service.store import histograms as histograms_store
 from service.store import ingest as ingest_store
 from service.store import measurements as measurements_store
 from service.store import records as records_store
+from service.store import runs as run_store
 from service.store import series as series_store
 from service.store.uow import Transaction
 from service.usecases.errors import KeyRevoked, RunNotFound
@@ -147,16 +149,17 @@ def record_batch(transaction: Transaction, jobs: Sequence[MeasurementJob]) -> li
         long_runs = {
             pk: state for pk, state in grown.items() if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
         }
-        ingest_store.write_ingest(
-            transaction,
-            ingest_store.IngestWrites(
-                measurements=[values for state in grown.values() for values in state.parameters],
-                histogram_counts=counts,
-                summaries=[after[pk] for pk in grown],
-                moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
-                **_series_writes(transaction, long_runs, locks.series_extents),
-            ),
+        # The writes, in this order: the series rebuild reads the run's stored rows, these included.
+        measurements_store.insert_measurements(
+            transaction, parameters=[values for state in grown.values() for values in state.parameters]
         )
+        histograms_store.add_to_run_histograms(transaction, counts=counts)
+        run_store.update_summaries(transaction, summaries=[after[pk] for pk in grown])
+        histograms_store.move_runs_in_histograms(
+            transaction,
+            moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
+        )
+        _write_series(transaction, long_runs, locks.series_extents)
     return [
         Added(after[outcome.run_pk], outcome.received, outcome.stored, outcome.ignored_steps)
         if isinstance(outcome, _Accepted)
@@ -195,26 +198,21 @@ def _take_new_steps(transaction: Transaction, state: _RunInBatch, job: Measureme
     return _Accepted(run.pk, len(job.values), len(taken), sorted(ignored))
 
 
-def _series_writes(
+def _write_series(
     transaction: Transaction, long_runs: dict[int, _RunInBatch], extents: dict[int, tuple[int, int, int]]
-) -> dict[str, Any]:
-    """How the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit change: built
-    from the run's measurements when it first outgrows it (or has none yet: a run from before they were
+) -> None:
+    """Update the stored step buckets (fleet.SeriesBin) of runs past the exact-series limit: built from
+    the run's measurements when it first outgrows it (or has none yet: a run from before they were
     kept), then added to, and merged into wider buckets whenever the run's steps outgrow
     fleet.SERIES_BUCKETS_MAX buckets (so the width is always the smallest that holds its steps).
     ``extents``: (width, lowest, highest bucket) of those that have buckets."""
-    rebuilds: dict[int, int] = {}
-    replacements: dict[int, tuple[int, list[fleet.SeriesBin]]] = {}
     additions: dict[int, tuple[int, list[fleet.SeriesBin]]] = {}
-    for pk, state in long_runs.items():
+    for pk, state in sorted(long_runs.items()):
         steps = [row[_STEP] for row in state.fresh]
         extent = extents.get(pk)
-        if extent is None:
-            first, last = min(steps), max(steps)
-            if state.run.measurement_count:  # its stored steps count too (the rebuild reads them all)
-                stored_first, stored_last = measurements_store.step_range(transaction, run_pk=pk)
-                first, last = min(first, stored_first), max(last, stored_last)
-            rebuilds[pk] = fleet.series_width(first, last)
+        if extent is None:  # the rebuild reads every stored step, this batch's included
+            first, last = measurements_store.step_range(transaction, run_pk=pk)
+            series_store.rebuild_series(transaction, run_pk=pk, width=fleet.series_width(first, last))
             continue
         width, low, high = extent
         wider = fleet.series_width(
@@ -225,12 +223,8 @@ def _series_writes(
             additions[pk] = (width, fresh)
             continue
         _, stored_bins = series_store.run_series(transaction, run_pk=pk)
-        replacements[pk] = (
-            wider,
-            fleet.rebucket(
-                [*fleet.rebucket(stored_bins, width=width, to_width=wider), *fresh],
-                width=wider,
-                to_width=wider,
-            ),
+        bins = fleet.rebucket(
+            [*fleet.rebucket(stored_bins, width=width, to_width=wider), *fresh], width=wider, to_width=wider
         )
-    return {"series_rebuilds": rebuilds, "series_replacements": replacements, "series_additions": additions}
+        series_store.replace_series(transaction, run_pk=pk, width=wider, bins=bins)
+    series_store.add_to_series(transaction, additions=additions)

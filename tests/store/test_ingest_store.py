@@ -1,6 +1,6 @@
 """The ingest transaction's statements (service.store.ingest) on SQLite and PostgreSQL, held to the
 store's own repository functions: what lock_for_ingest reads is what get_run / run_histogram read,
-and what write_ingest writes reads back exactly (values through PostgreSQL's JSON parameters
+and what the batch's writes write reads back exactly (values through PostgreSQL's JSON parameters
 included)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _measurement_values(
 def _write(
     engine: Engine, run: records_store.RunRecord, values: list[tuple[Any, ...]]
 ) -> records_store.RunRecord:
-    """One batch through lock_for_ingest and write_ingest, as ingest commits one."""
+    """One batch through lock_for_ingest and the store's writes, as ingest commits one."""
     with UnitOfWork(engine, write=True) as uow:
         locked = ingest_store.lock_for_ingest(
             uow.connection, key_ids=[], run_ids=[run.id], series_above=10**9
@@ -80,14 +80,14 @@ def _write(
                 ],
             }
         )
-        ingest_store.write_ingest(
+        measurements_store.insert_measurements(
             uow.connection,
-            ingest_store.IngestWrites(
-                measurements=measurements_store.measurement_parameters(uow.connection.dialect, values),
-                histogram_counts={run.pk: counts},
-                summaries=[after],
-                moves=[(before, before.fleet_bin, after.fleet_bin)],
-            ),
+            parameters=measurements_store.measurement_parameters(uow.connection.dialect, values),
+        )
+        histograms_store.add_to_run_histograms(uow.connection, counts={run.pk: counts})
+        store.update_summaries(uow.connection, summaries=[after])
+        histograms_store.move_runs_in_histograms(
+            uow.connection, moves=[(before, before.fleet_bin, after.fleet_bin)]
         )
         uow.commit()
     return after
