@@ -1,26 +1,22 @@
 """Group commit: many small writes share one transaction, and each caller is answered after it commits.
 
 One writer per process owns the writes. While it commits a batch, the next callers queue, and it then
-takes all of them at once, so the transaction's statements and its commit are paid once per batch
-(SQLite admits one writer at a time; threads contending for its lock spend their time sleeping in its
-busy handler). There is no timer: under light load a batch is a single job and nothing waits for company.
+takes all of them at once, so a transaction's statements and commit are paid once per batch (SQLite
+admits one writer at a time). There is no timer: under light load a batch is a single job.
 
 Durability: a caller's future resolves only after the transaction holding its job has committed (or
 failed), so an acknowledged write is a committed one.
 
 Failures: ``process`` answers each job with a result or a per-job exception (a job it rejects leaves
-nothing written). When the batch transaction itself fails, an operational error (database down,
-locked past the busy timeout, disk full) fails every job of the batch with that error; any other error
-(a constraint, a bug) is retried job by job in transactions of their own, so one bad job cannot fail
-the others.
+nothing written). When the batch transaction fails, an operational error (database down, locked past
+the busy timeout, disk full) fails every job of the batch; any other error (a constraint, a bug) is
+retried job by job, so one bad job cannot fail the others.
 
 Where a batch is committed: by the writer thread; on SQLite, light jobs (``inline_max_weight``) are
-instead collected on the event loop for a couple of its turns and committed there by a callback, in
-one transaction, when the write lock is free (a no-wait unit of work: the loop never waits for the
-lock; when it is held the batch goes to the thread). That saves a light request the thread hand-offs,
-which cost more than its few statements. Not on PostgreSQL, where every statement is a network round
-trip the loop would wait on.
-"""
+instead committed on the event loop by a callback a couple of its turns later, when the write lock is
+free (the loop never waits for it: when it is held the batch goes to the thread). That saves a light
+request the thread hand-offs, which cost more than its few statements. Not on PostgreSQL, where every
+statement is a network round trip the loop would wait on."""
 
 from __future__ import annotations
 

@@ -11,7 +11,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ARRAY, Connection, Integer, Select, any_, bindparam, func, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    CompoundSelect,
+    Connection,
+    Integer,
+    Select,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 
 from service.store import records as records_store
 from service.store import runs as run_store
@@ -70,11 +84,23 @@ def _id_in(column: Any, name: str, dialect_name: str) -> Any:
     return column.in_(bindparam(name, expanding=True))
 
 
+_KEY, _BIN, _EXTENT = 0, 1, 2
+
+
+def _tagged(kind: int, *values: Any) -> Select[Any]:
+    """(kind, four BIGINT values, missing ones NULL): the one shape of the lock's union of facts."""
+    padded = [*values, *[literal_column("NULL")] * (4 - len(values))]
+    columns = [cast(value, BigInteger).label(name) for value, name in zip(padded, "abcd", strict=True)]
+    return select(literal_column(str(kind)).label("kind"), *columns)
+
+
 @lru_cache(maxsize=2)
-def _lock_queries(dialect_name: str) -> tuple[Select[Any], ...]:
-    """The lock's four statements, built once per dialect (building one costs more than running it):
+def _lock_queries(dialect_name: str) -> tuple[Select[Any], CompoundSelect]:
+    """The lock's two statements, built once per dialect (building one costs more than running it):
     the runs locked in primary-key order (two writers locking overlapping sets never deadlock), then
-    the keys still active, the locked runs' MFU histograms and the step-bucket extents of the long ones."""
+    one union, tagged by kind, of the keys still active, the locked runs' MFU histograms and the
+    step-bucket extents of the long ones: on a loaded machine each round trip to PostgreSQL costs the
+    writer more than the rows it carries."""
     locked_pks = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
     h, s = run_mfu_bins, run_series_bins
     long_pks = locked_pks.where(runs.c.measurement_count > bindparam("series_above", type_=Integer))
@@ -83,15 +109,19 @@ def _lock_queries(dialect_name: str) -> tuple[Select[Any], ...]:
         .where(_id_in(runs.c.id, "run_ids", dialect_name))
         .order_by(runs.c.pk)
         .with_for_update(),
-        select(api_keys.c.id).where(
-            _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
+        union_all(
+            _tagged(_KEY, api_keys.c.id).where(
+                _id_in(api_keys.c.id, "key_ids", dialect_name), api_keys.c.revoked_at.is_(None)
+            ),
+            _tagged(_BIN, h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
+                h.c.run_pk.in_(locked_pks.scalar_subquery()), h.c.n_measurements > literal_column("0")
+            ),
+            _tagged(
+                _EXTENT, s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket)
+            )
+            .where(s.c.run_pk.in_(long_pks.scalar_subquery()))
+            .group_by(s.c.run_pk),
         ),
-        select(h.c.run_pk, h.c.mfu_bin, h.c.n_measurements).where(
-            h.c.run_pk.in_(locked_pks.scalar_subquery()), h.c.n_measurements > 0
-        ),
-        select(s.c.run_pk, func.max(s.c.width_steps), func.min(s.c.bucket), func.max(s.c.bucket))
-        .where(s.c.run_pk.in_(long_pks.scalar_subquery()))
-        .group_by(s.c.run_pk),
     )
 
 
@@ -106,16 +136,16 @@ def lock_for_ingest(
         "run_ids": sorted(set(run_ids)),
         "series_above": series_above,
     }
-    lock_runs, active_keys, bins, extents = _lock_queries(connection.dialect.name)
+    lock_runs, facts = _lock_queries(connection.dialect.name)
     locked = {row[1]: _locked_run(row) for row in connection.execute(lock_runs, parameters)}
+    active: set[int] = set()
     histograms: dict[int, dict[int, int]] = {}
-    for run_pk, mfu_bin, count in connection.execute(bins, parameters):
-        histograms.setdefault(run_pk, {})[mfu_bin] = count
-    return LockedForIngest(
-        active_key_ids=frozenset(connection.execute(active_keys, parameters).scalars()),
-        runs=locked,
-        histograms=histograms,
-        series_extents={
-            run_pk: (width, low, high) for run_pk, width, low, high in connection.execute(extents, parameters)
-        },
-    )
+    extents: dict[int, tuple[int, int, int]] = {}
+    for kind, first, second, third, fourth in connection.execute(facts, parameters):
+        if kind == _KEY:
+            active.add(first)
+        elif kind == _BIN:
+            histograms.setdefault(first, {})[second] = third
+        else:
+            extents[first] = (second, third, fourth)
+    return LockedForIngest(frozenset(active), locked, histograms, extents)
