@@ -598,7 +598,6 @@ class BulkLoader:
             ],
             keys=("tenant", "accelerator", "size_class", "mfu_bin"),
             counter="n_runs",
-            many=True,
         )
         upserts_store._upsert_add(
             connection,
@@ -609,7 +608,6 @@ class BulkLoader:
             ],
             keys=("accelerator", "size_class", "mfu_bin"),
             counter="n_runs",
-            many=True,
         )
         return measurement_total
 

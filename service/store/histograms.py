@@ -29,9 +29,7 @@ def add_to_run_histograms(connection: Connection, *, counts: Mapping[int, Mappin
         for b, n in sorted(counts[run_pk].items())
     ]
     # The run rows are locked by the caller: no other transaction touches these rows.
-    _upsert_add(
-        connection, run_mfu_bins, rows, keys=("run_pk", "mfu_bin"), counter="n_measurements", many=True
-    )
+    _upsert_add(connection, run_mfu_bins, rows, keys=("run_pk", "mfu_bin"), counter="n_measurements")
 
 
 def run_histogram(connection: Connection, *, run_pk: int) -> dict[int, int]:

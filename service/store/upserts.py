@@ -65,24 +65,19 @@ def _upsert_add(
     *,
     keys: tuple[str, ...],
     counter: str,
-    many: bool = False,
 ) -> None:
-    """Add each row's ``counter`` to the existing row with the same key (insert when there is none):
-    one statement per row in the given order (the lock order), or all at once (``many``: multi-row
-    statements on SQLite, an executemany on PostgreSQL)."""
+    """Add each row's ``counter`` to the existing row with the same key (insert when there is none),
+    all rows at once and in the given order (the lock order): multi-row statements on SQLite, an
+    executemany on PostgreSQL (psycopg pipelines it: one round trip, not one per row)."""
     if not rows:
         return
     driver = _upsert_statement(connection.dialect, table, keys, counter)
     parameters: list[Any] = [driver.as_tuple(row) for row in rows] if driver.as_tuple else rows
-    if many and driver.as_tuple is not None:  # SQLite: multi-row statements (see insert_measurements)
+    if driver.as_tuple is not None:  # SQLite: multi-row statements (see insert_measurements)
         for start in range(0, len(parameters), _SQLITE_ROWS_PER_UPSERT):
             chunk = parameters[start : start + _SQLITE_ROWS_PER_UPSERT]
             connection.exec_driver_sql(
                 _multirow(driver.sql, len(chunk)), tuple(itertools.chain.from_iterable(chunk))
             )
         return
-    if many:
-        connection.exec_driver_sql(driver.sql, parameters)
-        return
-    for row in parameters:
-        connection.exec_driver_sql(driver.sql, row)
+    connection.exec_driver_sql(driver.sql, parameters)
