@@ -29,7 +29,9 @@ from sqlalchemy import (
 
 from service.store import records as records_store
 from service.store import runs as run_store
+from service.store.pipeline import read_together
 from service.store.tables import api_keys, run_mfu_bins, run_series_bins, runs
+from service.store.types import UtcDateTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +68,21 @@ class LockedRun:
         return records_store.replace_run(run, self.summary)
 
 
+_TIME_COLUMNS = tuple(
+    name for name in run_store.SUMMARY_COLUMNS if isinstance(runs.c[name].type, UtcDateTime)
+)
+_AS_UTC = UtcDateTime()
+_NO_DIALECT: Any = None  # UtcDateTime reads a value the same way on either database
 _LOCKED_COLUMNS = (runs.c.pk, runs.c.id, runs.c.tenant, *(runs.c[name] for name in run_store.SUMMARY_COLUMNS))
 
 
 def _locked_run(row: Sequence[Any]) -> LockedRun:
+    """From a row as the driver returns it (read_together): times made UTC as UtcDateTime reads them."""
     values = list(row)
     summary = dict(zip(run_store.SUMMARY_COLUMNS, values[3:], strict=True))
     summary["median_mfu"] = records_store.median_as_read(summary["median_mfu"])
+    for name in _TIME_COLUMNS:
+        summary[name] = _AS_UTC.process_result_value(summary[name], _NO_DIALECT)
     return LockedRun(pk=values[0], id=values[1], tenant=values[2], summary=summary)
 
 
@@ -99,8 +109,9 @@ def _lock_queries(dialect_name: str) -> tuple[Select[Any], CompoundSelect]:
     """The lock's two statements, built once per dialect (building one costs more than running it):
     the runs locked in primary-key order (two writers locking overlapping sets never deadlock), then
     one union, tagged by kind, of the keys still active, the locked runs' MFU histograms and the
-    step-bucket extents of the long ones: on a loaded machine each round trip to PostgreSQL costs the
-    writer more than the rows it carries."""
+    step-bucket extents of the long ones: two statements sent together (read_together), since on a
+    loaded machine each round trip to PostgreSQL costs the writer more than the rows it carries. Two,
+    not one: a statement reads the other tables as of its start, before it waited for the locks."""
     locked_pks = select(runs.c.pk).where(_id_in(runs.c.id, "run_ids", dialect_name))
     h, s = run_mfu_bins, run_series_bins
     long_pks = locked_pks.where(runs.c.measurement_count > bindparam("series_above", type_=Integer))
@@ -136,12 +147,12 @@ def lock_for_ingest(
         "run_ids": sorted(set(run_ids)),
         "series_above": series_above,
     }
-    lock_runs, facts = _lock_queries(connection.dialect.name)
-    locked = {row[1]: _locked_run(row) for row in connection.execute(lock_runs, parameters)}
+    locked_rows, fact_rows = read_together(connection, _lock_queries(connection.dialect.name), parameters)
+    locked = {row[1]: _locked_run(row) for row in locked_rows}
     active: set[int] = set()
     histograms: dict[int, dict[int, int]] = {}
     extents: dict[int, tuple[int, int, int]] = {}
-    for kind, first, second, third, fourth in connection.execute(facts, parameters):
+    for kind, first, second, third, fourth in fact_rows:
         if kind == _KEY:
             active.add(first)
         elif kind == _BIN:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, func, insert, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
+from service.store.pipeline import in_pipeline
 from service.store.tables import measurements
 from service.store.upserts import _SQLITE_DIALECT, _DriverInsert, _multirow
 
@@ -101,13 +102,17 @@ def insert_measurements(
 ) -> None:
     """Insert measurement rows in one go at the driver: 10,000 rows per request would otherwise
     spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: multi-row INSERTs;
-    PostgreSQL: COPY. ``parameters`` (from :func:`measurement_parameters`) replace ``rows``."""
+    PostgreSQL: COPY, or inside a pipeline an executemany that rides it. ``parameters`` (from
+    :func:`measurement_parameters`) replace ``rows``."""
     if parameters is None:
         parameters = measurement_parameters(connection.dialect, measurement_values(rows))
     if not parameters:
         return
     if connection.dialect.name == "postgresql":
-        _copy_measurements(connection, parameters)
+        if in_pipeline(connection):  # COPY cannot be pipelined; a few rows ride the pipeline instead
+            connection.exec_driver_sql(_POSTGRESQL_INSERT, list(parameters))
+        else:
+            _copy_measurements(connection, parameters)
         return
     # Multi-row INSERTs of as many rows as SQLite takes parameters for (1,820 rows at its default of
     # 32,766) rather than an executemany: the sqlite3 module releases the GIL around every step, and
@@ -130,6 +135,14 @@ def _sqlite_multirow_insert(row_count: int) -> str:
 
 
 _COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN"
+_POSTGRESQL_INSERT = (
+    f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "  # nosec B608: column names only
+    f"VALUES ({', '.join(['%s'] * len(MEASUREMENT_COLUMNS))})"
+)
+#: Rows up to which a batch's measurements are inserted within the batch's pipeline
+#: (service.store.pipeline) rather than by COPY before it: COPY's lead grows with the rows, the
+#: round trip it costs does not.
+PIPELINED_ROWS_MAX = 256
 
 
 def _copy_measurements(connection: Connection, parameters: Sequence[tuple[Any, ...]]) -> None:

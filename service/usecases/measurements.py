@@ -28,6 +28,7 @@ from service.store import measurements as measurements_store
 from service.store import records as records_store
 from service.store import runs as run_store
 from service.store import series as series_store
+from service.store.pipeline import pipelined
 from service.store.uow import Transaction
 from service.usecases.errors import KeyRevoked, RunNotFound
 
@@ -149,16 +150,17 @@ def record_batch(transaction: Transaction, jobs: Sequence[MeasurementJob]) -> li
         long_runs = {
             pk: state for pk, state in grown.items() if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
         }
-        # The writes, in this order: the series rebuild reads the run's stored rows, these included.
-        measurements_store.insert_measurements(
-            transaction, parameters=[values for state in grown.values() for values in state.parameters]
-        )
-        histograms_store.add_to_run_histograms(transaction, counts=counts)
-        run_store.update_summaries(transaction, summaries=[after[pk] for pk in grown])
-        histograms_store.move_runs_in_histograms(
-            transaction,
-            moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
-        )
+        parameters = [values for state in grown.values() for values in state.parameters]
+        # The writes, sent together (a large batch's COPY cannot be), then the step buckets: their
+        # rebuild reads the run's stored rows, these included.
+        with pipelined(transaction, enabled=len(parameters) <= measurements_store.PIPELINED_ROWS_MAX):
+            measurements_store.insert_measurements(transaction, parameters=parameters)
+            histograms_store.add_to_run_histograms(transaction, counts=counts)
+            run_store.update_summaries(transaction, summaries=[after[pk] for pk in grown])
+            histograms_store.move_runs_in_histograms(
+                transaction,
+                moves=[(state.run, state.run.fleet_bin, after[pk].fleet_bin) for pk, state in grown.items()],
+            )
         _write_series(transaction, long_runs, locks.series_extents)
     return [
         Added(after[outcome.run_pk], outcome.received, outcome.stored, outcome.ignored_steps)
