@@ -32,11 +32,12 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 # Execution option that marks a connection as a writer (see _sqlite_begin).
@@ -163,11 +164,15 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def arm(self, dbapi_connection: Any, limit_seconds: float) -> bool:
+        """Watch the connection; False (and nothing to disarm) when it is not psycopg's, or when an
+        outer call already watches it (a pipeline's statements: the pipeline's deadline holds)."""
         try:
             fd = int(dbapi_connection.pgconn.socket)
         except Exception:  # closed, or not psycopg: nothing to watch
             return False
         with self._lock:
+            if id(dbapi_connection) in self._armed:
+                return False
             self._armed[id(dbapi_connection)] = (time.monotonic() + limit_seconds, fd)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="teff-db-watchdog", daemon=True)
@@ -205,8 +210,28 @@ def _shut_down(fd: int) -> None:
 _WATCHDOG = _Watchdog()
 
 
+#: The watchdog's limit per engine that has one (see driver_call_deadline).
+_DRIVER_CALL_LIMITS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def driver_call_deadline(connection: Connection) -> Iterator[None]:
+    """Calls the store makes straight into the driver (COPY, pipelines: service.store.pipeline),
+    watched as SQLAlchemy's own are: cut when they outlive the engine's statement timeout."""
+    limit = _DRIVER_CALL_LIMITS.get(connection.engine)
+    dbapi_connection = connection.connection.dbapi_connection
+    armed = limit is not None and _WATCHDOG.arm(dbapi_connection, limit)
+    try:
+        yield
+    finally:
+        if armed:
+            _WATCHDOG.disarm(dbapi_connection)
+
+
 def _guard_driver_calls(engine: Engine, limit_seconds: float) -> None:
-    """Every blocking call SQLAlchemy makes into the driver goes through these dialect methods."""
+    """Every blocking call SQLAlchemy makes into the driver goes through these dialect methods (the
+    store's own calls: driver_call_deadline)."""
+    _DRIVER_CALL_LIMITS[engine] = limit_seconds
     dialect = engine.dialect
 
     def on_connection(method: Callable[..., Any]) -> Callable[..., Any]:

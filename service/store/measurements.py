@@ -15,9 +15,8 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Row, func, insert, select
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
 
-from service.store.pipeline import in_pipeline
+from service.store.pipeline import driver_errors, in_pipeline
 from service.store.tables import measurements
 from service.store.upserts import _SQLITE_DIALECT, _DriverInsert, _multirow
 
@@ -149,14 +148,13 @@ def _copy_measurements(connection: Connection, parameters: Sequence[tuple[Any, .
     """PostgreSQL: COPY the rows in (inside the unit of work's transaction); several times faster
     than an executemany of INSERTs. psycopg sends aware datetimes as timestamptz."""
     dbapi_connection: Any = connection.connection.dbapi_connection
-    driver_error = connection.dialect.loaded_dbapi.Error
-    try:
-        with dbapi_connection.cursor() as cursor, cursor.copy(_COPY_MEASUREMENTS) as copy:
-            for values in parameters:
-                copy.write_row(values)
-    except driver_error as exc:
-        # What SQLAlchemy raises for the same failure elsewhere (IntegrityError, OperationalError, ...).
-        raise DBAPIError.instance(_COPY_MEASUREMENTS, None, exc, driver_error) from exc
+    with (
+        driver_errors(connection, _COPY_MEASUREMENTS),
+        dbapi_connection.cursor() as cursor,
+        cursor.copy(_COPY_MEASUREMENTS) as copy,
+    ):
+        for values in parameters:
+            copy.write_row(values)
 
 
 def list_measurements(

@@ -24,6 +24,8 @@ from sqlalchemy import CompoundSelect, Connection, Select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
+from service.store.engine import driver_call_deadline
+
 _POSTGRESQL = postgresql.psycopg.dialect()
 #: What read_together reads.
 Query = Select[Any] | CompoundSelect
@@ -31,12 +33,14 @@ Query = Select[Any] | CompoundSelect
 
 @contextlib.contextmanager
 def driver_errors(connection: Connection, statement: str) -> Iterator[None]:
-    """Errors of statements sent at the driver, raised as SQLAlchemy raises them elsewhere (an
-    IntegrityError, an OperationalError), a lost connection marked invalidated, so the writer's
-    reconnect (service.store.group_commit) and error handling see what they see for any statement."""
+    """Statements sent at the driver as SQLAlchemy's own: under the engine's watchdog, and their
+    errors raised as SQLAlchemy raises them (an IntegrityError, an OperationalError), a lost
+    connection marked invalidated, so the writer's reconnect (service.store.group_commit) and error
+    handling see what they see for any statement."""
     driver_error = connection.dialect.loaded_dbapi.Error
     try:
-        yield
+        with driver_call_deadline(connection):
+            yield
     except driver_error as exc:
         lost = connection.dialect.is_disconnect(exc, connection.connection.dbapi_connection, None)
         if lost:

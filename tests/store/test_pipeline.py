@@ -4,6 +4,7 @@ under a pipeline is reported as lost, so the writer reconnects."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -15,6 +16,7 @@ from service.store.engine import build_engine
 from service.store.pipeline import in_pipeline, pipelined, read_together
 from service.store.tables import api_keys
 from service.store.uow import UnitOfWork
+from tests.support.tcp_proxy import TcpProxy
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -90,5 +92,43 @@ def test_a_connection_lost_before_reads_sent_together_is_reported_lost(postgres_
                 read_together(doomed, [select(api_keys.c.prefix)], {})
             assert raised.value.connection_invalidated
             assert doomed.invalidated
+            doomed.rollback()  # what the unit of work does; the connection then reconnects
+            assert doomed.execute(select(func.count()).select_from(api_keys)).scalar() == 0
     finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("sent", ["reads", "writes"])
+def test_statements_sent_together_to_a_silent_server_are_cut_by_the_watchdog(
+    postgres_url: str, sent: str
+) -> None:
+    """As any SQLAlchemy statement is (tests/store/test_engine_deadlines.py): the server goes silent
+    (a proxy stops forwarding) and the pipeline's wait is cut 1 s past the statement timeout."""
+    migrate.upgrade(postgres_url)
+    proxy = TcpProxy("127.0.0.1", 5432)
+    proxy.start()
+    engine = build_engine(
+        postgres_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"),
+        pool_size=1,
+        statement_timeout_ms=500,
+    )
+    try:
+        with engine.connect() as connection:
+            assert connection.execute(select(func.count()).select_from(api_keys)).scalar() == 0
+            connection.rollback()
+            proxy.black_hole()
+            started = time.monotonic()
+            with pytest.raises(DBAPIError) as raised:
+                connection.begin()
+                if sent == "reads":
+                    read_together(connection, [select(api_keys.c.prefix)], {})
+                else:
+                    with pipelined(connection):
+                        connection.execute(insert(api_keys), [_key_row("s1"), _key_row("s2")])
+            elapsed = time.monotonic() - started
+        assert raised.value.connection_invalidated
+        assert 1.4 < elapsed < 3.0, elapsed  # 0.5 s statement timeout + 1 s grace, polled every 0.25 s
+    finally:
+        proxy.restore()
+        proxy.stop()
         engine.dispose()
