@@ -12,11 +12,9 @@ nothing written). When the batch transaction fails, an operational error (databa
 the busy timeout, disk full) fails every job of the batch; any other error (a constraint, a bug) is
 retried job by job, so one bad job cannot fail the others.
 
-Where a batch is committed: by the writer thread; on SQLite, light jobs (``inline_max_weight``) are
-instead committed on the event loop by a callback a couple of its turns later, when the write lock is
-free (the loop never waits for it: when it is held the batch goes to the thread). That saves a light
-request the thread hand-offs, which cost more than its few statements. Not on PostgreSQL, where every
-statement is a network round trip the loop would wait on."""
+Where a batch is committed: by the writer thread; on SQLite, light jobs on the event loop when the
+write lock is free (``inline_max_weight``: the thread hand-offs cost a light request more than its
+statements; on PostgreSQL the loop would wait on round trips)."""
 
 from __future__ import annotations
 
@@ -81,9 +79,9 @@ class GroupCommitWriter(Generic[Job, Result]):
     order: a result, or an exception instance for a job it rejected without writing anything for it.
     ``weight(job)`` sizes a job (say, its rows); a batch holds at least one job, however heavy.
     ``on_batch(jobs, seconds)`` is told each transaction's job count and duration (for metrics).
-    ``inline_max_weight``: jobs up to this weight are batched and committed on the caller's event loop
-    (see the module's docstring), all those of a couple of its turns in one transaction; 0 (the
-    default) sends every job to the thread. SQLite only.
+    ``inline_max_weight``: jobs up to this weight are committed on the caller's event loop, all those
+    of a couple of its turns in one transaction, never waiting for the write lock (when it is held
+    they go to the thread); 0 (the default) sends every job to the thread. SQLite only.
     """
 
     def __init__(

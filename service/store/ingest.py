@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -31,7 +32,6 @@ from service.store import records as records_store
 from service.store import runs as run_store
 from service.store.pipeline import read_together
 from service.store.tables import api_keys, run_mfu_bins, run_series_bins, runs
-from service.store.types import UtcDateTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +68,14 @@ class LockedRun:
         return records_store.replace_run(run, self.summary)
 
 
-_TIME_COLUMNS = tuple(
-    name for name in run_store.SUMMARY_COLUMNS if isinstance(runs.c[name].type, UtcDateTime)
-)
-_AS_UTC = UtcDateTime()
-_NO_DIALECT: Any = None  # UtcDateTime reads a value the same way on either database
 _LOCKED_COLUMNS = (runs.c.pk, runs.c.id, runs.c.tenant, *(runs.c[name] for name in run_store.SUMMARY_COLUMNS))
 
 
 def _locked_run(row: Sequence[Any]) -> LockedRun:
-    """From a row as the driver returns it (read_together): times made UTC as UtcDateTime reads them."""
-    values = list(row)
+    """From a row as the driver returns it (read_together): times in UTC, as UtcDateTime reads them."""
+    values: list[Any] = [value.astimezone(UTC) if isinstance(value, datetime) else value for value in row]
     summary = dict(zip(run_store.SUMMARY_COLUMNS, values[3:], strict=True))
     summary["median_mfu"] = records_store.median_as_read(summary["median_mfu"])
-    for name in _TIME_COLUMNS:
-        summary[name] = _AS_UTC.process_result_value(summary[name], _NO_DIALECT)
     return LockedRun(pk=values[0], id=values[1], tenant=values[2], summary=summary)
 
 

@@ -158,14 +158,11 @@ _gc_enabled_before = True
 
 
 def gc_paused(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``function`` with the cyclic garbage collector held off (nested and concurrent calls counted).
-
-    A large body keeps tens of thousands of container objects alive at once, and each time that many
-    survive CPython runs a full collection over the whole heap. They hold no cycles and are freed by
-    reference counting when the request ends, so the pause loses nothing. Only around the CPU-bound
-    parsing and computing: a pause held across the wait for the writer would overlap from request to
-    request under sustained load, and the collector would never run. A collector someone else disabled
-    stays disabled."""
+    """``function`` with the cyclic garbage collector held off (nested and concurrent calls counted):
+    a large body's tens of thousands of containers (no cycles: freed by reference counting) would
+    otherwise set off collections over the whole heap. Only around CPU-bound parsing and computing:
+    held across the wait for the writer, pauses would overlap under load and the collector never run.
+    A collector someone else disabled stays disabled."""
     global _gc_pausers, _gc_enabled_before
     with _gc_lock:
         if _gc_pausers == 0:
