@@ -138,9 +138,9 @@ _POSTGRESQL_INSERT = (
     f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "  # nosec B608: column names only
     f"VALUES ({', '.join(['%s'] * len(MEASUREMENT_COLUMNS))})"
 )
-#: Rows up to which a batch's measurements are inserted within the batch's pipeline
-#: (service.store.pipeline) rather than by COPY before it: COPY's lead grows with the rows, the
-#: round trip it costs does not.
+#: Rows up to which a batch's writes are pipelined (service.store.pipeline), its measurements by an
+#: executemany; a larger batch is not pipelined and its measurements go by COPY: COPY's lead grows
+#: with the rows, the round trip a statement costs does not.
 PIPELINED_ROWS_MAX = 256
 
 

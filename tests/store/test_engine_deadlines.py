@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from service.store.engine import build_engine
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import proxied_engine
 
 SECRET = "tenant-secret-4b1d"
 
@@ -43,16 +43,8 @@ def test_a_driver_call_without_an_answer_is_cut_by_the_watchdog(postgres_url: st
     """A "server" that accepts and never answers (not even the start-up): connecting gives up at the
     connect timeout; and a connection whose server goes silent mid-statement is cut 1 s past the
     statement timeout (here a real server behind a proxy that stops forwarding)."""
-    url = postgres_url
-    proxy = TcpProxy("127.0.0.1", 5432)
-    proxy.start()
-    engine = build_engine(
-        url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"),
-        pool_size=1,
-        statement_timeout_ms=500,
-        connect_timeout_seconds=2,
-    )
-    try:
+    silent = proxied_engine(postgres_url, pool_size=1, statement_timeout_ms=500, connect_timeout_seconds=2)
+    with silent as (proxy, engine):
         with engine.connect() as connection:
             assert connection.execute(text("SELECT 1")).scalar() == 1
             proxy.black_hole()
@@ -68,10 +60,6 @@ def test_a_driver_call_without_an_answer_is_cut_by_the_watchdog(postgres_url: st
         with pytest.raises(OperationalError):
             engine.connect().close()
         assert time.monotonic() - started < 4
-    finally:
-        proxy.restore()
-        proxy.stop()
-        engine.dispose()
 
 
 def test_engines_without_a_statement_timeout_are_not_watched(postgres_url: str) -> None:

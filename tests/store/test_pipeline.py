@@ -16,7 +16,7 @@ from service.store.engine import build_engine
 from service.store.pipeline import in_pipeline, pipelined, read_together
 from service.store.tables import api_keys
 from service.store.uow import UnitOfWork
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import proxied_engine
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -105,14 +105,7 @@ def test_statements_sent_together_to_a_silent_server_are_cut_by_the_watchdog(
     """As any SQLAlchemy statement is (tests/store/test_engine_deadlines.py): the server goes silent
     (a proxy stops forwarding) and the pipeline's wait is cut 1 s past the statement timeout."""
     migrate.upgrade(postgres_url)
-    proxy = TcpProxy("127.0.0.1", 5432)
-    proxy.start()
-    engine = build_engine(
-        postgres_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"),
-        pool_size=1,
-        statement_timeout_ms=500,
-    )
-    try:
+    with proxied_engine(postgres_url, pool_size=1, statement_timeout_ms=500) as (proxy, engine):
         with engine.connect() as connection:
             assert connection.execute(select(func.count()).select_from(api_keys)).scalar() == 0
             connection.rollback()
@@ -128,7 +121,3 @@ def test_statements_sent_together_to_a_silent_server_are_cut_by_the_watchdog(
             elapsed = time.monotonic() - started
         assert raised.value.connection_invalidated
         assert 1.4 < elapsed < 3.0, elapsed  # 0.5 s statement timeout + 1 s grace, polled every 0.25 s
-    finally:
-        proxy.restore()
-        proxy.stop()
-        engine.dispose()

@@ -10,6 +10,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Engine
+
+from service.store.engine import build_engine
 
 
 class TcpProxy:
@@ -83,3 +89,18 @@ class TcpProxy:
         finally:
             with contextlib.suppress(OSError):
                 sink.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def proxied_engine(url: str, **engine_options: Any) -> Iterator[tuple[TcpProxy, Engine]]:
+    """The service's engine (``build_engine(**engine_options)``) on the local PostgreSQL server of
+    ``url`` through a proxy; disposed, and the proxy restored and stopped, at the end."""
+    proxy = TcpProxy("127.0.0.1", 5432)
+    proxy.start()
+    engine = build_engine(url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}"), **engine_options)
+    try:
+        yield proxy, engine
+    finally:
+        proxy.restore()
+        proxy.stop()
+        engine.dispose()
