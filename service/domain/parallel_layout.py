@@ -180,6 +180,18 @@ def validate_layout(layout: ParallelLayout) -> None:
         )
 
 
+def interleaving_fits(stage_layers: tuple[int, int, int], pp: int, virtual_stages: int) -> bool:
+    """Whether stages of (first, middle, last) transformer layers can each run ``virtual_stages`` model
+    chunks. The first and last stage may give one chunk to the embedding or to the logits and loss alone
+    (Megatron-LM ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``:
+    Llama 3.1 405B's 126 layers run on 16 stages with v = 8, 7 layers and the embedding on the first), so
+    they need v - 1 layers and the middle stages v."""
+    first, middle, last = stage_layers
+    if virtual_stages == 1:
+        return True
+    return pp > 1 and min(first, last) >= virtual_stages - 1 and (pp == 2 or middle >= virtual_stages)
+
+
 def check_layout_for_model(spec: ModelSpec, seq_len_tokens: int, layout: ParallelLayout) -> None:
     """The divisibility rules the layout must meet for this model (Megatron-LM's argument checks)."""
     _positive_int(seq_len_tokens, "seq_len_tokens")
@@ -188,11 +200,12 @@ def check_layout_for_model(spec: ModelSpec, seq_len_tokens: int, layout: Paralle
     first, middle, last = stage_layer_counts(
         spec.n_layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers
     )
-    fewest = min(first, last, middle if layout.pp > 2 else first)
-    if layout.virtual_stages > 1 and fewest < layout.virtual_stages:
+    v = layout.virtual_stages
+    if not interleaving_fits((first, middle, last), layout.pp, v):
         raise InvalidInput(
-            f"every stage needs at least virtual_stages ({layout.virtual_stages}) layers for the interleaved "
-            f"schedule; the smallest stage has {fewest}.",
+            f"every stage needs at least virtual_stages ({v}) layers for the interleaved schedule (the "
+            f"first and last {v - 1}, one chunk holding the embedding or the loss); the stages have "
+            f"{first} (first), {middle} (middle) and {last} (last).",
             field="virtual_stages",
         )
     if seq_len_tokens % layout.cp:

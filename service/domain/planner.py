@@ -34,6 +34,7 @@ from service.domain.memory import (
     stage_layer_counts,
 )
 from service.domain.models import ModelSpec
+from service.domain.parallel_layout import interleaving_fits
 from service.domain.performance import Cluster, StepPrediction, _predict
 
 #: Examples kept per infeasibility reason.
@@ -271,7 +272,7 @@ def plan_parallelism(
                         v_options = [v for v in _divisors(fewest) if v <= c.max_virtual_stages]
                     if c.virtual_stage_values is not None:
                         v_options = [v for v in v_options if v in c.virtual_stage_values] or [
-                            v for v in c.virtual_stage_values if v <= fewest
+                            v for v in c.virtual_stage_values if interleaving_fits(counts, pp, v)
                         ]
                 for ep in c.ep_values:
                     if (

@@ -7,6 +7,7 @@ import pytest
 from service.domain.errors import InvalidInput
 from service.domain.hardware import get_accelerator
 from service.domain.models import build_model_spec, get_preset
+from service.domain.parallel_layout import ParallelLayout
 from service.domain.performance import Cluster, predict_step
 from service.domain.planner import PlannerConstraints, plan_parallelism
 
@@ -105,3 +106,25 @@ def test_bad_constraints() -> None:
         PlannerConstraints(min_micro_batch=4, max_micro_batch=2)
     with pytest.raises(InvalidInput):
         plan_parallelism(LLAMA8, 0, Cluster(H100, 8), 8)
+
+
+def test_interleaving_with_an_embedding_only_chunk_is_planned() -> None:
+    # Megatron-Bridge 26.06 ran Llama 3.1 405B on 256 GB200 with pp 16 and v 8 (its performance summary):
+    # 126 layers are 7 on the first and last stage, so each of them gives one of its 8 chunks to the
+    # embedding or the loss alone (--account-for-embedding/loss-in-pipeline-split). Pinned, it is
+    # planned, and its bubble is smaller than v 4's on the same split; a stage short of that is refused.
+    spec = get_preset("llama3.1-405b").spec
+    cluster = Cluster(get_accelerator("gb200"), 256, 72, 50e9)
+    pinned = dict(tp_values=(4,), pp_values=(16,), dp_values=(4,), max_micro_batch=1, zero_stages=(1,))
+    by_v = {}
+    for v in (4, 8):
+        plan = plan_parallelism(spec, 8192, cluster, 1536, "fp8",
+                                PlannerConstraints(virtual_stage_values=(v,), **pinned))  # fmt: skip
+        assert plan.best is not None, [g.reason for g in plan.infeasible]
+        assert plan.best.layout.virtual_stages == v
+        by_v[v] = plan.best.prediction
+    assert by_v[8].bubble_fraction < by_v[4].bubble_fraction
+    with pytest.raises(InvalidInput) as info:
+        predict_step(spec, 8192, cluster, ParallelLayout(tp=4, pp=16, dp=4, virtual_stages=9,
+                     sequence_parallel=True), 1536, "fp8")  # fmt: skip
+    assert info.value.field == "virtual_stages"
