@@ -220,6 +220,7 @@ _FAMILY_BY_PREFIX: tuple[tuple[str, str], ...] = (
     ("h200", "hopper"),
     ("gh200", "hopper"),
     ("gb200", "blackwell"),
+    ("gb300", "blackwell"),
     ("b200", "blackwell"),
     ("b300", "blackwell"),
     ("l4", "ada"),

@@ -13,6 +13,7 @@ from service.domain.hardware import (
     peak_flops,
     resolve_device_name,
 )
+from service.domain.hardware_behaviour import behaviour_for
 
 
 @pytest.mark.parametrize(
@@ -57,6 +58,16 @@ def test_l40s_is_not_an_l4() -> None:
 
 def test_gb200_is_not_a_b200() -> None:
     assert resolve_device_name("NVIDIA GB200") == "gb200"
+
+
+def test_gb300_is_its_own_part_with_the_rack_figures_per_gpu() -> None:
+    # GB300 NVL72 spec table: 360 PF BF16 and 720 PF FP8 with sparsity over 72 GPUs -> dense per GPU
+    # 360e3 / 72 / 2 = 2,500 and 720e3 / 72 / 2 = 5,000 TFLOP/s; 288 GB of HBM3e at 8 TB/s.
+    gb300 = get_accelerator(resolve_device_name("NVIDIA GB300"))
+    assert gb300.id == "gb300"
+    assert gb300.bf16_tflops == 360e3 / 72 / 2 and gb300.fp8_tflops == 720e3 / 72 / 2
+    assert gb300.hbm_bandwidth_bytes_per_second == 8e12
+    assert behaviour_for(gb300).family == "blackwell"
 
 
 def test_h200_nvl_is_not_an_sxm_part() -> None:
