@@ -80,7 +80,7 @@ EXTENDED_RUNS = ROOT / "benchmarks" / "data" / "published_runs_extended.json"
 HELD_OUT_RUNS = ROOT / "benchmarks" / "data" / "megatron_bridge_2511.json"
 #: A second held-out set, assembled 2026-12-07 with no constant changed: the same summary for the 26.06
 #: container (docs/performance-summary-archive.md), the rows whose model and system the catalog has
-#: (GB200, B300, H100; Llama 3.1 405B, DeepSeek-V3, Qwen3 MoE). Several of its layouts are 25.11's,
+#: (GB300, GB200, B300, H100; Llama 3.1 405B, DeepSeek-V3, Qwen3 MoE). Several of its layouts are 25.11's,
 #: run by newer software: Qwen3-30B-A3B on 8 GB200 at MBS 4 went from 23,766 to 40,706 tokens/s/GPU.
 HELD_OUT_RUNS_2606 = ROOT / "benchmarks" / "data" / "megatron_bridge_2606.json"
 CONVENTION: Convention = "megatron"
