@@ -19,17 +19,17 @@ from service.domain.step_costs import Cluster
 #: 10-11 points under the model, 26.06's GB300 rows 7-9 points over it (the Blackwell family's curve,
 #: shared with GB200, does not know that GB300 sustains more of the same peak).
 REGIME_MAE_MFU_POINTS: dict[str, float] = {
-    "all": 2.28,
+    "all": 2.26,
     "a100": 2.16,
-    "hopper": 2.39,
+    "hopper": 2.34,
     "blackwell": 5.20,
     "fp8": 5.11,
     "fsdp-zero3": 2.60,
     "zero3-fixed-global-batch": 2.41,
-    "long-context": 1.34,
-    "megatron-tp-pp": 1.97,
+    "long-context": 1.26,
+    "megatron-tp-pp": 1.93,
     "moe-ep": 6.05,
-    "uneven-pp": 2.47,
+    "uneven-pp": 2.14,
 }
 
 
