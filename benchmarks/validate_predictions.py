@@ -76,7 +76,8 @@ EXTENDED_RUNS = ROOT / "benchmarks" / "data" / "published_runs_extended.json"
 #: A set held out from the fit and from every model change so far: NVIDIA Megatron-Bridge's 25.11
 #: performance summary (GB200 NVL72, B200, H100; dense, MoE with expert parallelism, FP8), assembled
 #: 2026-12-06 after the constants were fixed. ``--runs benchmarks/data/megatron_bridge_2511.json``
-#: prints it; its per-regime errors feed the Blackwell and MoE bands of ``service.domain.regimes``.
+#: prints it; with the 26.06 set below, its per-regime errors set the FP8, Blackwell and MoE-EP bands
+#: of ``service.domain.regimes``.
 HELD_OUT_RUNS = ROOT / "benchmarks" / "data" / "megatron_bridge_2511.json"
 #: A second held-out set, assembled 2026-12-07 with no constant changed: the same summary for the 26.06
 #: container (docs/performance-summary-archive.md), the rows whose model and system the catalog has

@@ -269,18 +269,13 @@ def plan_parallelism(
                     if spec.n_layers % pp == 0 and first_l is None and last_l is None:
                         v_options = [v for v in _divisors(spec.n_layers // pp) if v <= c.max_virtual_stages]
                     else:
-                        # Or an even split once the embedding and the loss count as a layer each
-                        # (Megatron-LM's account-for-embedding/loss split: 126 + 2 layers = 16 · 8).
-                        v_options = sorted(
-                            {v for v in _divisors(fewest) if v <= c.max_virtual_stages}
-                            | {
-                                v
-                                for v in _divisors((spec.n_layers + 2) // pp)
-                                if (spec.n_layers + 2) % pp == 0
-                                and v <= c.max_virtual_stages
-                                and interleaving_fits(counts, pp, v)
-                            }
-                        )
+                        uneven = set(_divisors(fewest))
+                        if (spec.n_layers + 2) % pp == 0:
+                            # Or an even split once the embedding and the loss count as a layer each
+                            # (Megatron-LM's account-for-embedding/loss split: 126 + 2 layers = 16 · 8).
+                            split = _divisors((spec.n_layers + 2) // pp)
+                            uneven |= {v for v in split if interleaving_fits(counts, pp, v)}
+                        v_options = sorted(v for v in uneven if v <= c.max_virtual_stages)
                     if c.virtual_stage_values is not None:
                         v_options = [v for v in v_options if v in c.virtual_stage_values] or [
                             v for v in c.virtual_stage_values if interleaving_fits(counts, pp, v)
