@@ -34,6 +34,26 @@ class NewMeasurement:
 
 
 @dataclass(frozen=True, slots=True)
+class FreshMeasurements:
+    """What the summary reads of a batch of measurements of steps the run did not have: how many, the
+    earliest time, and the one of the highest step."""
+
+    count: int
+    earliest_measured_at: datetime
+    top: NewMeasurement
+
+    @classmethod
+    def of(cls, measurements: Sequence[NewMeasurement]) -> FreshMeasurements | None:
+        if not measurements:
+            return None
+        return cls(
+            len(measurements),
+            min(measurement.measured_at for measurement in measurements),
+            max(measurements, key=lambda measurement: measurement.step),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """A run's measurement summary (all None / 0 before its first measurement)."""
 
@@ -46,21 +66,21 @@ class RunSummary:
     latest_mfu: float | None = None
     latest_tokens_per_second: float | None = None
 
-    def after(self, fresh: Sequence[NewMeasurement], histogram: Mapping[int, int]) -> RunSummary:
+    def after(self, fresh: FreshMeasurements | None, histogram: Mapping[int, int]) -> RunSummary:
         """The summary once ``fresh`` measurements (of steps the run did not have) are stored, given the
         run's MFU histogram with them counted: the count grows, the median is the histogram's (and
         its fleet bin), the first time may move earlier, and the latest_* fields follow the highest
         step only (a late report of a lower step does not move them)."""
-        if not fresh:
+        if fresh is None:
             return self
         median = fleet.percentile_from_histogram(dict(histogram), 0.5)
         if median is None:
             raise ValueError("the run's histogram is empty after adding measurements")
-        first = min(measurement.measured_at for measurement in fresh).astimezone(UTC)
-        top = max(fresh, key=lambda measurement: measurement.step)
+        first = fresh.earliest_measured_at.astimezone(UTC)
+        top = fresh.top
         summary = replace(
             self,
-            measurement_count=self.measurement_count + len(fresh),
+            measurement_count=self.measurement_count + fresh.count,
             median_mfu=median,
             fleet_bin=fleet.mfu_bin(median),
             first_measured_at=first

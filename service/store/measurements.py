@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from service.store.pipeline import driver_errors, in_pipeline
@@ -78,7 +79,7 @@ def measurement_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...
     return [as_values(row) for row in rows]
 
 
-def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) -> list[Sequence[Any]]:
     """The driver's parameters for measurements given as value tuples (``MEASUREMENT_COLUMNS`` order,
     times tz-aware): what :func:`insert_measurements` sends. Made apart so that a caller can build them
     before it takes the write lock (ingest does, in the request's thread)."""
@@ -90,14 +91,20 @@ def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) 
         raise RuntimeError("the compiled measurement INSERT binds the columns in another order")
     at = MEASURED_AT
     times = _sqlite_times([row[at] for row in values])
-    return [(*row[:at], text, *row[at + 1 :]) for row, text in zip(values, times, strict=True)]
+    parameters: list[Sequence[Any]] = []
+    for row, text in zip(values, times, strict=True):
+        # A list with the time replaced: about 4x cheaper than building a tuple around it.
+        row_parameters = list(row)
+        row_parameters[at] = text
+        parameters.append(row_parameters)
+    return parameters
 
 
 def insert_measurements(
     connection: Connection,
     *,
     rows: Sequence[dict[str, Any]] = (),
-    parameters: Sequence[tuple[Any, ...]] | None = None,
+    parameters: Sequence[Sequence[Any]] | None = None,
 ) -> None:
     """Insert measurement rows in one go at the driver: 10,000 rows per request would otherwise
     spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: multi-row INSERTs;
@@ -133,7 +140,30 @@ def _sqlite_multirow_insert(row_count: int) -> str:
     return _multirow(_measurement_insert(_SQLITE_DIALECT).sql, row_count)
 
 
-_COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN"
+_COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+#: PostgreSQL's name of each SQL type the measurements table uses, as psycopg's binary COPY is told
+#: them (binary rows carry no types: each value must be dumped as its column's exact type).
+_POSTGRESQL_TYPE_NAMES = {
+    "INTEGER": "int4",
+    "BIGINT": "int8",
+    "DOUBLE PRECISION": "float8",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "VARCHAR": "varchar",
+}
+
+
+@lru_cache(maxsize=1)
+def copy_column_types() -> tuple[str, ...]:
+    """The PostgreSQL type of each measurements column, in ``MEASUREMENT_COLUMNS`` order, from the
+    table's own definition (a test compares them with the migrated database's)."""
+    dialect = postgresql.dialect()
+    names = []
+    for column in measurements.columns:
+        sql_type = column.type.compile(dialect=dialect).split("(")[0]
+        names.append(_POSTGRESQL_TYPE_NAMES[sql_type])
+    return tuple(names)
+
+
 _POSTGRESQL_INSERT = (
     f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "  # nosec B608: column names only
     f"VALUES ({', '.join(['%s'] * len(MEASUREMENT_COLUMNS))})"
@@ -144,15 +174,17 @@ _POSTGRESQL_INSERT = (
 PIPELINED_ROWS_MAX = 256
 
 
-def _copy_measurements(connection: Connection, parameters: Sequence[tuple[Any, ...]]) -> None:
+def _copy_measurements(connection: Connection, parameters: Sequence[Sequence[Any]]) -> None:
     """PostgreSQL: COPY the rows in (inside the unit of work's transaction); several times faster
-    than an executemany of INSERTs. psycopg sends aware datetimes as timestamptz."""
+    than an executemany of INSERTs. Binary COPY: psycopg packs numbers and times instead of writing
+    them as text (a 10,000-row request: ~8 ms of CPU against ~40 ms, benchmarks/results)."""
     dbapi_connection: Any = connection.connection.dbapi_connection
     with (
         driver_errors(connection, _COPY_MEASUREMENTS),
         dbapi_connection.cursor() as cursor,
         cursor.copy(_COPY_MEASUREMENTS) as copy,
     ):
+        copy.set_types(list(copy_column_types()))
         for values in parameters:
             copy.write_row(values)
 

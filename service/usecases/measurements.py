@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.domain import fleet
-from service.domain.run import SUMMARY_FIELDS, NewMeasurement, RunSummary
+from service.domain.run import SUMMARY_FIELDS, FreshMeasurements, NewMeasurement, RunSummary
 from service.store import histograms as histograms_store
 from service.store import ingest as ingest_store
 from service.store import measurements as measurements_store
@@ -45,7 +45,7 @@ class MeasurementJob:
     #: Value tuples in ``measurements_store.MEASUREMENT_COLUMNS`` order.
     values: list[tuple[Any, ...]]
     #: Their driver parameters (``measurements_store.measurement_parameters``), built before the write lock.
-    parameters: list[tuple[Any, ...]]
+    parameters: list[Sequence[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,8 @@ _MEASURED_AT = measurements_store.MEASURED_AT
 _TOKENS_PER_SECOND = measurements_store.MEASUREMENT_COLUMNS.index("tokens_per_second")
 _MFU = measurements_store.MEASUREMENT_COLUMNS.index("mfu")
 _SERIES_FIELDS = operator.itemgetter(_STEP, _MEASURED_AT, _MFU, _TOKENS_PER_SECOND)
+_STEP_OF = operator.itemgetter(_STEP)
+_MEASURED_AT_OF = operator.itemgetter(_MEASURED_AT)
 
 
 def summary_after(
@@ -78,8 +80,14 @@ def summary_after(
     if not fresh:
         return run
     before = RunSummary(**{name: getattr(run, name) for name in SUMMARY_FIELDS})
+    # Read from the value tuples directly (builtins over 10,000 rows a request, no object per row).
+    top = max(fresh, key=_STEP_OF)
     after = before.after(
-        [NewMeasurement(row[_STEP], row[_MEASURED_AT], row[_MFU], row[_TOKENS_PER_SECOND]) for row in fresh],
+        FreshMeasurements(
+            len(fresh),
+            min(map(_MEASURED_AT_OF, fresh)),
+            NewMeasurement(top[_STEP], top[_MEASURED_AT], top[_MFU], top[_TOKENS_PER_SECOND]),
+        ),
         histogram,
     )
     changed = {name: getattr(after, name) for name in SUMMARY_FIELDS}
@@ -96,7 +104,7 @@ class _RunInBatch:
     run: records_store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
     fresh: list[tuple[Any, ...]] = field(default_factory=list)  # value tuples
-    parameters: list[tuple[Any, ...]] = field(default_factory=list)  # of the fresh rows
+    parameters: list[Sequence[Any]] = field(default_factory=list)  # of the fresh rows
 
 
 @dataclass(frozen=True, slots=True)

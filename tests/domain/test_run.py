@@ -12,6 +12,7 @@ from service.domain.errors import InvalidInput
 from service.domain.run import (
     MAX_TAGS,
     FinalStatusLocked,
+    FreshMeasurements,
     NewMeasurement,
     RunSummary,
     global_batch,
@@ -35,7 +36,7 @@ def test_the_first_measurements_set_every_summary_field() -> None:
         _measurement(2, 0.50, minutes=2),
     ]
     histogram = fleet.bin_counts(m.mfu for m in fresh)
-    summary = RunSummary().after(fresh, histogram)
+    summary = RunSummary().after(FreshMeasurements.of(fresh), histogram)
     assert summary.measurement_count == 3
     # The median within one bin of the exact one (the histogram's resolution).
     assert summary.median_mfu == pytest.approx(
@@ -47,9 +48,11 @@ def test_the_first_measurements_set_every_summary_field() -> None:
 
 
 def test_a_late_lower_step_counts_but_does_not_move_the_latest_reading() -> None:
-    before = RunSummary().after([_measurement(10, 0.4, minutes=10)], {fleet.mfu_bin(0.4): 1})
+    before = RunSummary().after(
+        FreshMeasurements.of([_measurement(10, 0.4, minutes=10)]), {fleet.mfu_bin(0.4): 1}
+    )
     late = [_measurement(5, 0.2, minutes=20)]
-    after = before.after(late, {fleet.mfu_bin(0.4): 1, fleet.mfu_bin(0.2): 1})
+    after = before.after(FreshMeasurements.of(late), {fleet.mfu_bin(0.4): 1, fleet.mfu_bin(0.2): 1})
     assert after.measurement_count == 2
     assert (after.latest_step, after.latest_measured_at, after.latest_mfu) == (
         before.latest_step,
@@ -60,21 +63,23 @@ def test_a_late_lower_step_counts_but_does_not_move_the_latest_reading() -> None
 
 
 def test_an_earlier_time_moves_the_first_time_and_times_are_read_in_utc() -> None:
-    before = RunSummary().after([_measurement(10, 0.4, minutes=10)], {fleet.mfu_bin(0.4): 1})
+    before = RunSummary().after(
+        FreshMeasurements.of([_measurement(10, 0.4, minutes=10)]), {fleet.mfu_bin(0.4): 1}
+    )
     earlier = NewMeasurement(11, (T0 - timedelta(hours=1)).astimezone(timezone(timedelta(hours=2))), 0.4, 1.0)
-    after = before.after([earlier], {fleet.mfu_bin(0.4): 2})
+    after = before.after(FreshMeasurements.of([earlier]), {fleet.mfu_bin(0.4): 2})
     assert after.first_measured_at == T0 - timedelta(hours=1)
     assert after.first_measured_at.utcoffset() == timedelta(0)
 
 
 def test_nothing_new_leaves_the_summary_as_it_was() -> None:
-    summary = RunSummary().after([_measurement(1, 0.3)], {fleet.mfu_bin(0.3): 1})
-    assert summary.after([], {fleet.mfu_bin(0.3): 1}) is summary
+    summary = RunSummary().after(FreshMeasurements.of([_measurement(1, 0.3)]), {fleet.mfu_bin(0.3): 1})
+    assert summary.after(FreshMeasurements.of([]), {fleet.mfu_bin(0.3): 1}) is summary
 
 
 def test_new_measurements_need_them_counted_in_the_histogram() -> None:
     with pytest.raises(ValueError, match="histogram is empty"):
-        RunSummary().after([_measurement(1, 0.3)], {})
+        RunSummary().after(FreshMeasurements.of([_measurement(1, 0.3)]), {})
 
 
 def test_a_global_batch_in_tokens_has_a_sequence_count_only_when_whole() -> None:

@@ -112,6 +112,54 @@ def test_times_written_in_bulk_read_back_and_sort_like_times_written_through_cor
     assert latest == datetime(2026, 12, 2, 12, 0, 1, tzinfo=UTC)
 
 
+def test_every_value_a_request_can_carry_is_stored_as_sent_by_the_bulk_insert(engine: Engine) -> None:
+    # JSON integers in number columns (the strict decoder keeps 2 as an int), every nullable column
+    # filled, the largest values the contract allows: PostgreSQL's binary COPY packs each as its
+    # column's type, SQLite's multi-row INSERT binds it.
+    run = _create(engine)
+    full = {
+        **_row(run, 10**12, datetime(2026, 12, 2, 17, 30, tzinfo=timezone(timedelta(hours=5, minutes=30)))),
+        "throughput_form": "step_time_seconds",
+        "throughput_value": 2,
+        "global_batch_tokens": 10**12,
+        "global_batch_sequences": 4096,
+        "loss": 3,
+        "memory_bytes": 10**15,
+        "grad_norm_sq_small": 1.5,
+        "grad_norm_sq_big": 0,
+        "batch_small_tokens": 1,
+        "batch_big_tokens": 10**12,
+    }
+    with UnitOfWork(engine, write=True) as uow:
+        measurements_store.insert_measurements(uow.connection, rows=[full])
+        uow.commit()
+    with UnitOfWork(engine, write=False) as uow:
+        stored = uow.connection.execute(select(measurements)).one()._asdict()
+    assert stored == {**full, "measured_at": datetime(2026, 12, 2, 12, 0, tzinfo=UTC)}
+    assert stored["measured_at"].utcoffset() == timedelta(0)
+
+
+def test_the_binary_copy_names_the_migrated_column_types(engine: Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's COPY")
+    from psycopg.postgres import types as postgres_types
+
+    with UnitOfWork(engine, write=False) as uow:
+        migrated = dict(
+            uow.connection.exec_driver_sql(
+                "SELECT attname, atttypid::int FROM pg_attribute "
+                "WHERE attrelid = 'measurements'::regclass AND attnum > 0 AND NOT attisdropped"
+            ).all()
+        )
+    named = {
+        column: postgres_types[name].oid
+        for column, name in zip(
+            measurements_store.MEASUREMENT_COLUMNS, measurements_store.copy_column_types(), strict=True
+        )
+    }
+    assert named == migrated
+
+
 def test_a_naive_time_is_refused_by_the_bulk_insert(engine: Engine) -> None:
     run = _create(engine)
     with pytest.raises(ValueError, match="naive"), UnitOfWork(engine, write=True) as uow:
