@@ -189,6 +189,9 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
         b'[{"step": 1, "loss": Infinity, "throughput": {"tokens_per_second": 1.0}}]',
         b'[{"step": 1200.0, "throughput": {"tokens_per_second": 1.0}}]',
         b'[{"step": 1, "time": "1700000000", "throughput": {"tokens_per_second": 1.0}}]',
+        b'[{"step": 1, "time": "0001-01-01T00:00:00+01:00", "throughput": {"tokens_per_second": 1.0}}]',
+        b'[{"step": 1, "time": "9999-12-31T23:59:59-01:00", "throughput": {"tokens_per_second": 1.0}}]',
+        b'[{"step": 1, "time": "0001-01-01T00:00:00-01:00", "throughput": {"tokens_per_second": 1.0}}]',
         b'[{"st\\u0065p": 1, "step": 2, "throughput": {"tokens_per_second": 1.0}}]',
         b'\xef\xbb\xbf[{"step": 1, "throughput": {"tokens_per_second": 1.0}}]',
         b'[{"step": 01, "throughput": {"tokens_per_second": 1.0}}]',
@@ -201,12 +204,11 @@ def test_bodies_only_the_strict_decoder_can_judge_get_its_answer(body: bytes) ->
 
 
 def test_a_plain_list_takes_the_direct_path_and_a_repeated_key_does_not() -> None:
-    many, _ = measurement_request._adapters(MAX_ITEMS)
     plain = b'[{"step": 1, "time": "2026-12-02T12:00:00Z", "throughput": {"tokens_per_second": 1.0}}]'
-    assert measurement_request._parsed_directly(plain, many) == _strict(plain)
+    assert measurement_request._parsed_directly(plain, MAX_ITEMS) == _strict(plain)
     repeated = (
         b'[{"step": 2, "step": 1, "time": "2026-12-02T12:00:00Z", "throughput": {"tokens_per_second": 1.0}}]'
     )
-    assert measurement_request._parsed_directly(repeated, many) is None
+    assert measurement_request._parsed_directly(repeated, MAX_ITEMS) is None
     with pytest.raises(problems.ProblemError, match="'step' appears twice"):
         measurement_request.parse_measurements(repeated, max_items=MAX_ITEMS)

@@ -14,9 +14,11 @@ from service.api.schemas.runs import RunCreate
 from service.store import histograms as histograms_store
 from service.store import idempotency as idempotency_store
 from service.store import measurements as measurements_store
+from service.store import migrate
 from service.store import records as records_store
 from service.store import run_filters as run_filters_store
 from service.store import runs as store
+from service.store.engine import build_engine
 from service.store.tables import fleet_mfu_bins, measurements, run_mfu_bins, run_tags, tenant_mfu_bins
 from service.store.uow import UnitOfWork
 from tests.api.conftest import run_body
@@ -139,18 +141,21 @@ def test_every_value_a_request_can_carry_is_stored_as_sent_by_the_bulk_insert(en
     assert stored["measured_at"].utcoffset() == timedelta(0)
 
 
-def test_the_binary_copy_names_the_migrated_column_types(engine: Engine) -> None:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's COPY")
+def test_the_binary_copy_names_the_migrated_column_types(postgres_url: str) -> None:
     from psycopg.postgres import types as postgres_types
 
-    with UnitOfWork(engine, write=False) as uow:
-        migrated = dict(
-            uow.connection.exec_driver_sql(
-                "SELECT attname, atttypid::int FROM pg_attribute "
-                "WHERE attrelid = 'measurements'::regclass AND attnum > 0 AND NOT attisdropped"
-            ).all()
-        )
+    migrate.upgrade(postgres_url)
+    engine = build_engine(postgres_url, pool_size=1)
+    try:
+        with UnitOfWork(engine, write=False) as uow:
+            migrated = dict(
+                uow.connection.exec_driver_sql(
+                    "SELECT attname, atttypid::int FROM pg_attribute "
+                    "WHERE attrelid = 'measurements'::regclass AND attnum > 0 AND NOT attisdropped"
+                ).all()
+            )
+    finally:
+        engine.dispose()
     named = {
         column: postgres_types[name].oid
         for column, name in zip(

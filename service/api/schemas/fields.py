@@ -88,7 +88,9 @@ def _representable_in_utc(value: datetime) -> datetime:
     return value
 
 
-_ISO_8601_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+#: How a date-time's text must begin (checked before pydantic parses it, which takes more forms).
+ISO_8601_DATE_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}"
+_ISO_8601_DATE_TIME = re.compile(ISO_8601_DATE_TIME_PATTERN)
 
 
 def _iso_text(value: Any) -> Any:
