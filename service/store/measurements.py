@@ -7,19 +7,19 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from service.store.pipeline import driver_errors, in_pipeline
 from service.store.tables import measurements
-from service.store.upserts import _SQLITE_DIALECT, _DriverInsert, _multirow
 
 
 def existing_steps(connection: Connection, *, run_pk: int, first: int, last: int) -> set[int]:
@@ -34,16 +34,6 @@ def existing_steps(connection: Connection, *, run_pk: int, first: int, last: int
 #: them as tuples: ~2x cheaper than dicts at 10,000 a request), and COPY's column order.
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(column.name for column in measurements.columns)
 MEASURED_AT = MEASUREMENT_COLUMNS.index("measured_at")
-
-
-@lru_cache(maxsize=4)
-def _measurement_insert(dialect: Dialect) -> _DriverInsert:
-    """The INSERT in the driver's parameter style (compiled once per dialect)."""
-    compiled = insert(measurements).compile(dialect=dialect, column_keys=list(MEASUREMENT_COLUMNS))
-    if compiled.positional:
-        order = tuple(compiled.positiontup or ())
-        return _DriverInsert(str(compiled), operator.itemgetter(*order), order)
-    return _DriverInsert(str(compiled), None)
 
 
 def _sqlite_time(value: datetime) -> str:
@@ -79,32 +69,61 @@ def measurement_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...
     return [as_values(row) for row in rows]
 
 
-def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) -> list[Sequence[Any]]:
+@dataclass(frozen=True, slots=True)
+class MeasurementParameters:
+    """Measurements as :func:`insert_measurements` sends them to the driver, ``per_row`` values a row
+    in one flat list: on PostgreSQL one value tuple a row (what COPY writes), on SQLite the row's
+    column values themselves, times as text. One list rather than a container per row: a
+    10,000-row request would otherwise hold 10,000 more objects for the garbage collector to
+    traverse while it waits for the writer."""
+
+    values: list[Any]
+    per_row: int
+
+    def __len__(self) -> int:
+        return len(self.values) // self.per_row
+
+    def rows_at(self, indices: Iterable[int]) -> MeasurementParameters:
+        """Only the rows at ``indices``, in their order."""
+        width = self.per_row
+        flat = self.values
+        return MeasurementParameters(
+            list(
+                itertools.chain.from_iterable(flat[index * width : (index + 1) * width] for index in indices)
+            ),
+            width,
+        )
+
+    @staticmethod
+    def joined(parts: Sequence[MeasurementParameters]) -> MeasurementParameters:
+        """The rows of ``parts`` (of one dialect), one part after the other."""
+        if len(parts) == 1:
+            return parts[0]
+        width = parts[0].per_row if parts else 1
+        return MeasurementParameters(
+            list(itertools.chain.from_iterable(part.values for part in parts)), width
+        )
+
+
+def measurement_parameters(dialect: Dialect, values: Sequence[tuple[Any, ...]]) -> MeasurementParameters:
     """The driver's parameters for measurements given as value tuples (``MEASUREMENT_COLUMNS`` order,
     times tz-aware): what :func:`insert_measurements` sends. Made apart so that a caller can build them
     before it takes the write lock (ingest does, in the request's thread)."""
     if dialect.name == "postgresql":  # COPY takes the table's column order: the tuples as they are
         if any(row[MEASURED_AT].tzinfo is None for row in values):
             raise ValueError("naive datetime given; timestamps must be timezone-aware")
-        return list(values)
-    if _measurement_insert(dialect).column_order != MEASUREMENT_COLUMNS:
-        raise RuntimeError("the compiled measurement INSERT binds the columns in another order")
-    at = MEASURED_AT
-    times = _sqlite_times([row[at] for row in values])
-    parameters: list[Sequence[Any]] = []
-    for row, text in zip(values, times, strict=True):
-        # A list with the time replaced: about 4x cheaper than building a tuple around it.
-        row_parameters = list(row)
-        row_parameters[at] = text
-        parameters.append(row_parameters)
-    return parameters
+        return MeasurementParameters(list(values), 1)
+    width = len(MEASUREMENT_COLUMNS)
+    flat = list(itertools.chain.from_iterable(values))
+    flat[MEASURED_AT::width] = _sqlite_times(flat[MEASURED_AT::width])
+    return MeasurementParameters(flat, width)
 
 
 def insert_measurements(
     connection: Connection,
     *,
     rows: Sequence[dict[str, Any]] = (),
-    parameters: Sequence[Sequence[Any]] | None = None,
+    parameters: MeasurementParameters | None = None,
 ) -> None:
     """Insert measurement rows in one go at the driver: 10,000 rows per request would otherwise
     spend most of their time in SQLAlchemy's per-row parameter handling. SQLite: multi-row INSERTs;
@@ -112,32 +131,62 @@ def insert_measurements(
     :func:`measurement_parameters`) replace ``rows``."""
     if parameters is None:
         parameters = measurement_parameters(connection.dialect, measurement_values(rows))
-    if not parameters:
+    if not parameters.values:
         return
     if connection.dialect.name == "postgresql":
         if in_pipeline(connection):  # COPY cannot be pipelined; a few rows ride the pipeline instead
-            connection.exec_driver_sql(_POSTGRESQL_INSERT, list(parameters))
+            connection.exec_driver_sql(_POSTGRESQL_INSERT, parameters.values)
         else:
-            _copy_measurements(connection, parameters)
+            _copy_measurements(connection, parameters.values)
         return
-    # Multi-row INSERTs of as many rows as SQLite takes parameters for (1,820 rows at its default of
-    # 32,766) rather than an executemany: the sqlite3 module releases the GIL around every step, and
-    # retaking it costs up to a switch interval (5 ms) while other threads run Python; the fewer the
-    # statements, the fewer the waits.
+    # Multi-row INSERTs of as many rows as SQLite takes parameters for, rather than an executemany:
+    # the sqlite3 module releases the GIL around every step, and retaking it costs up to a switch
+    # interval (5 ms) while other threads run Python; the fewer the statements, the fewer the waits.
+    columns, values = _sqlite_columns_with_values(parameters.values)
     driver = connection.connection.driver_connection
     assert isinstance(driver, sqlite3.Connection)
-    rows_per_insert = max(
-        1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(MEASUREMENT_COLUMNS)
-    )
+    rows_per_insert = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns))
+    width = len(columns)
     for start in range(0, len(parameters), rows_per_insert):
-        chunk = parameters[start : start + rows_per_insert]
+        row_count = min(rows_per_insert, len(parameters) - start)
         connection.exec_driver_sql(
-            _sqlite_multirow_insert(len(chunk)), tuple(itertools.chain.from_iterable(chunk))
+            _sqlite_insert(columns, row_count), tuple(values[start * width : (start + row_count) * width])
         )
 
 
-def _sqlite_multirow_insert(row_count: int) -> str:
-    return _multirow(_measurement_insert(_SQLITE_DIALECT).sql, row_count)
+def _sqlite_columns_with_values(flat: list[Any]) -> tuple[tuple[str, ...], list[Any]]:
+    """Of rows given as their values one after the other, the columns that hold a value in at least
+    one row, and the rows' values of those columns, row after row. A column that is NULL in every row is left out of the INSERT (it
+    defaults to NULL): the sqlite3 module binds None only after looking for an adapter for it (two
+    failed attribute lookups per value), which made a typical row, most of whose optional fields are
+    absent, cost about twice what its values do (benchmarks/results). Columns are sliced out of the
+    flat list in C rather than read row by row."""
+    width = len(MEASUREMENT_COLUMNS)
+    row_count = len(flat) // width
+    by_column = [flat[index::width] for index in range(width)]
+    # A column's first value decides most columns without a scan (count() compares every value).
+    kept = [
+        index
+        for index, column in enumerate(by_column)
+        if column[0] is not None or column.count(None) != row_count
+    ]
+    if len(kept) == width:
+        return MEASUREMENT_COLUMNS, flat
+    values: list[Any] = [None] * (len(kept) * row_count)
+    for position, index in enumerate(kept):
+        values[position :: len(kept)] = by_column[index]
+    return tuple(MEASUREMENT_COLUMNS[index] for index in kept), values
+
+
+@lru_cache(maxsize=64)
+def _sqlite_insert(columns: tuple[str, ...], row_count: int) -> str:
+    """INSERT of ``row_count`` rows of ``columns`` (a cache of a few shapes: the sqlite3 module also
+    caches the statements it prepared from these texts)."""
+    group = f"({', '.join(['?'] * len(columns))})"
+    return (
+        f"INSERT INTO measurements ({', '.join(columns)}) "  # nosec B608: column names only
+        f"VALUES {', '.join([group] * row_count)}"
+    )
 
 
 _COPY_MEASUREMENTS = f"COPY measurements ({', '.join(MEASUREMENT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"

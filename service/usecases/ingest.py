@@ -218,26 +218,29 @@ class MeasurementIngest:
         """Close at shutdown: what is queued is committed first."""
         self.writer.close()
 
-    async def add(
+    async def prepare(
         self, *, principal: Principal, run_id: str, items: list[dict[str, Any]], offload: bool
-    ) -> Added:
-        """Store validated ``items`` (plain dicts) in run ``run_id``; ``offload``: compute the rows in
-        a worker thread (a large request), so that the event loop is never held for long."""
+    ) -> MeasurementJob:
+        """The rows of validated ``items`` (plain dicts) for run ``run_id``, as a job for :meth:`store`;
+        ``offload``: computed in a worker thread (a large request), so that the event loop is never
+        held for long."""
         tenant = principal.tenant
         facts = self._runs.get((tenant, run_id))
         if facts is None:
             facts = await self._read_run(tenant, run_id)
         if offload:
-            job = await to_thread.run_sync(gc_paused, self._job, principal, run_id, facts, items)
-        else:
-            job = self._job(principal, run_id, facts, items)
+            return await to_thread.run_sync(gc_paused, self._job, principal, run_id, facts, items)
+        return self._job(principal, run_id, facts, items)
+
+    async def store(self, job: MeasurementJob) -> Added:
+        """Commit ``job`` (with others queued, in one transaction) and answer what it stored."""
         try:
             added = await self.writer.submit(job)
         except KeyRevoked:
-            self._on_revoked_key(principal.key_id)
+            self._on_revoked_key(job.key_id)
             raise
         except RunNotFound:
-            self._runs.pop((tenant, run_id), None)
+            self._runs.pop((job.tenant, job.run_id), None)
             raise
         MEASUREMENTS_INGESTED.inc(added.stored)
         return added

@@ -45,7 +45,7 @@ class MeasurementJob:
     #: Value tuples in ``measurements_store.MEASUREMENT_COLUMNS`` order.
     values: list[tuple[Any, ...]]
     #: Their driver parameters (``measurements_store.measurement_parameters``), built before the write lock.
-    parameters: list[Sequence[Any]]
+    parameters: measurements_store.MeasurementParameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,9 @@ class _RunInBatch:
     run: records_store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
     fresh: list[tuple[Any, ...]] = field(default_factory=list)  # value tuples
-    parameters: list[Sequence[Any]] = field(default_factory=list)  # of the fresh rows
+    parameters: list[measurements_store.MeasurementParameters] = field(
+        default_factory=list
+    )  # of the fresh rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,9 @@ def record_batch(transaction: Transaction, jobs: Sequence[MeasurementJob]) -> li
         long_runs = {
             pk: state for pk, state in grown.items() if after[pk].measurement_count > fleet.EXACT_SERIES_MAX
         }
-        parameters = [values for state in grown.values() for values in state.parameters]
+        parameters = measurements_store.MeasurementParameters.joined(
+            [part for state in grown.values() for part in state.parameters]
+        )
         # The writes, sent together (a large batch's COPY cannot be), then the step buckets: their
         # rebuild reads the run's stored rows, these included.
         with pipelined(transaction, enabled=len(parameters) <= measurements_store.PIPELINED_ROWS_MAX):
@@ -193,7 +197,7 @@ def _take_new_steps(transaction: Transaction, state: _RunInBatch, job: Measureme
         # The common case, decided with set operations: every row is new.
         state.steps |= unique
         state.fresh.extend(job.values)
-        state.parameters.extend(job.parameters)
+        state.parameters.append(job.parameters)
         return _Accepted(run.pk, len(steps), len(steps), [])
     ignored: set[int] = set()
     taken: list[int] = []
@@ -204,7 +208,7 @@ def _take_new_steps(transaction: Transaction, state: _RunInBatch, job: Measureme
         state.steps.add(step)
         taken.append(index)
     state.fresh.extend(job.values[index] for index in taken)
-    state.parameters.extend(job.parameters[index] for index in taken)
+    state.parameters.append(job.parameters.rows_at(taken))
     return _Accepted(run.pk, len(job.values), len(taken), sorted(ignored))
 
 

@@ -4,7 +4,10 @@ the strict decoder followed by validation answers, on every body, or leaves the 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -16,6 +19,8 @@ from service.api import json_body, measurement_request, problems
 from service.api.handlers import validation_problem
 
 MAX_ITEMS = 50
+#: A list body of one item (the others are built from it).
+_ITEM = b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}}'
 
 
 def _strict(body: bytes) -> list[dict[str, Any]]:
@@ -47,6 +52,16 @@ def _typed(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     return float(value)
+
+
+@contextmanager
+def _pieces_of(piece_bytes: int | None) -> Iterator[None]:
+    """Bodies validated in pieces of ``piece_bytes`` (1: cut at every ``},{``), or as the service does."""
+    if piece_bytes is None:
+        yield
+        return
+    with mock.patch.object(measurement_request, "PIECE_BYTES", piece_bytes):
+        yield
 
 
 def _assert_same_answer(body: bytes) -> None:
@@ -165,16 +180,23 @@ def _with_repeated_key(body: bytes, key: str, value: str) -> bytes:
     repeat=st.sampled_from([None, "step", "time", "tokens_per_second_per_device", "loss"]),
     repeated_value=st.sampled_from(["1", "2.5", '"2026-12-02T12:00:00Z"', "null"]),
     escape=st.booleans(),
+    piece_bytes=st.sampled_from([None, 1, 60]),
 )
 def test_the_direct_path_answers_as_the_strict_decoder_does(
-    items: list[dict[str, Any]], style: str, repeat: str | None, repeated_value: str, escape: bool
+    items: list[dict[str, Any]],
+    style: str,
+    repeat: str | None,
+    repeated_value: str,
+    escape: bool,
+    piece_bytes: int | None,
 ) -> None:
     body = _encode(items, style)
     if repeat is not None:
         body = _with_repeated_key(body, repeat, repeated_value)
     if escape:  # an escaped character in a key: the direct path must not count on quote marks alone
         body = body.replace(b'"step"', b'"st\\u0065p"', 1)
-    _assert_same_answer(body)
+    with _pieces_of(piece_bytes):
+        _assert_same_answer(body)
 
 
 @pytest.mark.parametrize(
@@ -197,10 +219,31 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
         b'[{"step": 01, "throughput": {"tokens_per_second": 1.0}}]',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1e400}}]',
         b"[]",
+        # Cut into pieces at every "},{": where the cut is not between two items, a piece is not JSON.
+        _ITEM + b"," + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
+        b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}, "x},{": 1},' + _ITEM[1:] + b"]",
+        b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}}},{"step": 2}]',
+        b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2, "throughput": {}}',
+        b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2}] x',
+        b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(51)) + b"]",
     ],
 )
-def test_bodies_only_the_strict_decoder_can_judge_get_its_answer(body: bytes) -> None:
-    _assert_same_answer(body)
+@pytest.mark.parametrize("piece_bytes", [None, 1])
+def test_bodies_only_the_strict_decoder_can_judge_get_its_answer(
+    body: bytes, piece_bytes: int | None
+) -> None:
+    with _pieces_of(piece_bytes):
+        _assert_same_answer(body)
+
+
+def test_a_list_cut_into_pieces_takes_the_direct_path_whole() -> None:
+    body = (
+        b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(50)) + b"]"
+    )
+    with _pieces_of(1):
+        direct = measurement_request._parsed_directly(body, MAX_ITEMS)
+    assert direct is not None and [item["step"] for item in direct] == list(range(50))
+    assert direct == _strict(body)
 
 
 def test_a_plain_list_takes_the_direct_path_and_a_repeated_key_does_not() -> None:

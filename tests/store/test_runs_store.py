@@ -141,6 +141,25 @@ def test_every_value_a_request_can_carry_is_stored_as_sent_by_the_bulk_insert(en
     assert stored["measured_at"].utcoffset() == timedelta(0)
 
 
+def test_a_bulk_insert_keeps_each_rows_values_whichever_columns_other_rows_leave_empty(
+    engine: Engine,
+) -> None:
+    # SQLite leaves out of the INSERT a column that is NULL in every row: a column filled only in a
+    # later row, one filled in the first row only and one filled in none must each come back as sent.
+    run = _create(engine)
+    rows = [_row(run, step, NOW + timedelta(seconds=step)) for step in range(1, 5001)]
+    rows[0]["loss"] = 2.5
+    rows[-1]["memory_bytes"] = 7 * 2**30
+    for index in range(0, len(rows), 3):
+        rows[index]["grad_norm_sq_small"] = float(index)
+    with UnitOfWork(engine, write=True) as uow:
+        measurements_store.insert_measurements(uow.connection, rows=rows)
+        uow.commit()
+    with UnitOfWork(engine, write=False) as uow:
+        stored = [row._asdict() for row in uow.connection.execute(select(measurements).order_by("step"))]
+    assert stored == rows
+
+
 def test_the_binary_copy_names_the_migrated_column_types(postgres_url: str) -> None:
     from psycopg.postgres import types as postgres_types
 
