@@ -123,9 +123,14 @@ def parse_measurements(body: bytes, *, max_items: int) -> list[dict[str, Any]]:
     """One measurement object or a list of them, decoded by the service's one JSON decoder (duplicate
     keys refused: service.api.json_body) and validated as plain dicts (all or nothing)."""
     many, one = _adapters(max_items)
-    if body.lstrip()[:1] == b"[":
+    opening = body.lstrip()[:1]
+    if opening == b"[":
         direct = _parsed_directly(body, max_items)
         if direct is not None:
+            return direct
+    elif opening == b"{":  # one object: the same way, as a list of one (more would not be one object)
+        direct = _parsed_directly(b"[" + body + b"]", max_items)
+        if direct is not None and len(direct) == 1:
             return direct
     decoded = json_body.loads(body)
     try:

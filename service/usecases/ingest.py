@@ -62,39 +62,56 @@ def run_accelerator(run: records_store.RunRecord) -> hardware.Accelerator:
     return dataclasses.replace(part, **stored_peak)
 
 
+def _full_mfu(
+    run: records_store.RunRecord, accelerator: hardware.Accelerator, throughput: mfu.Throughput
+) -> mfu.MfuResult:
+    return mfu.compute_mfu(
+        model_flops_per_token=run.model_flops_per_token,
+        hardware_flops_per_token=run.hardware_flops_per_token,
+        accelerator=accelerator,
+        device_count=run.device_count,
+        precision=run.precision,  # type: ignore[arg-type]
+        throughput=throughput,
+        seq_len_tokens=run.seq_len_tokens,
+        convention=run.convention,
+    )
+
+
+def rate_factors(
+    run: records_store.RunRecord, items: list[dict[str, Any]], *, accelerator: hardware.Accelerator
+) -> mfu.RateFactors:
+    """The run's per-(token/s) factors, from the first item through the domain in full: MFU, HFU,
+    achieved TFLOP/s and tokens/s per device are all proportional to the global rate. They depend on
+    the run alone (its FLOPs per token, devices and peak, fixed at creation), so ingest keeps them with
+    the run's cached facts."""
+    throughput = mfu.throughput_from_fields(items[0]["throughput"])[2]
+    return mfu.RateFactors.of(with_field_prefix("body[0]", lambda: _full_mfu(run, accelerator, throughput)))
+
+
 def measurement_values(
     run: records_store.RunRecord,
     items: list[dict[str, Any]],
     *,
     now: datetime,
     accelerator: hardware.Accelerator | None = None,
+    factors: mfu.RateFactors | None = None,
 ) -> list[tuple[Any, ...]]:
     """Value tuples for the measurements table, in ``MEASUREMENT_COLUMNS`` order (a test checks it),
     from validated items (plain dicts): each item's global tokens/s (the domain's
-    ``global_rate_scale``), then MFU, HFU, achieved TFLOP/s and tokens/s per device from the domain's
-    ``RateFactors`` of the first item. A domain error names its item: ``body[3].throughput``."""
+    ``global_rate_scale``), then MFU, HFU, achieved TFLOP/s and tokens/s per device from the run's
+    :func:`rate_factors` (``factors`` if known). Every item's rate is checked with them; one the domain
+    would refuse goes through it in full, for its explanation. A domain error names its item:
+    ``body[3].throughput``."""
     if accelerator is None:
         accelerator = run_accelerator(run)
     device_count = run.device_count
     seq_len = run.seq_len_tokens
 
     def full(throughput: mfu.Throughput) -> mfu.MfuResult:
-        return mfu.compute_mfu(
-            model_flops_per_token=run.model_flops_per_token,
-            hardware_flops_per_token=run.hardware_flops_per_token,
-            accelerator=accelerator,
-            device_count=device_count,
-            precision=run.precision,  # type: ignore[arg-type]
-            throughput=throughput,
-            seq_len_tokens=seq_len,
-            convention=run.convention,
-        )
+        return _full_mfu(run, accelerator, throughput)
 
-    # The first item through the domain in full; its answer gives the per-(token/s) factors, since MFU,
-    # HFU, achieved TFLOP/s and tokens/s per device are all proportional to the global rate.
-    factors = mfu.RateFactors.of(
-        with_field_prefix("body[0]", lambda: full(mfu.throughput_from_fields(items[0]["throughput"])[2]))
-    )
+    if factors is None:
+        factors = rate_factors(run, items, accelerator=accelerator)
     # Each item's global tokens/s from the domain's scale of its form (and batch): one per distinct
     # (form, batch) in the request, then a multiply or a divide per item (mfu.global_rate_scale).
     scales: dict[tuple[str, int | None, int | None], tuple[float, bool]] = {}
@@ -182,6 +199,7 @@ def gc_paused(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 class _RunFacts:
     run: records_store.RunRecord  # only its fields fixed at creation are used
     accelerator: hardware.Accelerator
+    factors: mfu.RateFactors | None = None  # once a request has given the first item to compute them
 
 
 class MeasurementIngest:
@@ -249,7 +267,11 @@ class MeasurementIngest:
         self, principal: Principal, run_id: str, facts: _RunFacts, items: list[dict[str, Any]]
     ) -> MeasurementJob:
         now = datetime.now(UTC)
-        values = measurement_values(facts.run, items, now=now, accelerator=facts.accelerator)
+        factors = facts.factors
+        if factors is None:
+            factors = rate_factors(facts.run, items, accelerator=facts.accelerator)
+            self._runs[(principal.tenant, run_id)] = dataclasses.replace(facts, factors=factors)
+        values = measurement_values(facts.run, items, now=now, accelerator=facts.accelerator, factors=factors)
         parameters = measurements_store.measurement_parameters(self._database.dialect, values)
         return MeasurementJob(principal.key_id, principal.tenant, run_id, facts.run, values, parameters)
 

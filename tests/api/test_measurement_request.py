@@ -155,7 +155,7 @@ def _items(draw: st.DrawFn) -> dict[str, Any]:
     return item
 
 
-def _encode(items: list[dict[str, Any]], style: str) -> bytes:
+def _encode(items: list[dict[str, Any]] | dict[str, Any], style: str) -> bytes:
     if style == "compact":
         return orjson.dumps(items)
     if style == "spaced":
@@ -181,6 +181,7 @@ def _with_repeated_key(body: bytes, key: str, value: str) -> bytes:
     repeated_value=st.sampled_from(["1", "2.5", '"2026-12-02T12:00:00Z"', "null"]),
     escape=st.booleans(),
     piece_bytes=st.sampled_from([None, 1, 60]),
+    alone=st.booleans(),
 )
 def test_the_direct_path_answers_as_the_strict_decoder_does(
     items: list[dict[str, Any]],
@@ -189,8 +190,10 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
     repeated_value: str,
     escape: bool,
     piece_bytes: int | None,
+    alone: bool,
 ) -> None:
-    body = _encode(items, style)
+    # ``alone``: the first item sent as one object, not in a list.
+    body = _encode(items[0] if alone and items else items, style)
     if repeat is not None:
         body = _with_repeated_key(body, repeat, repeated_value)
     if escape:  # an escaped character in a key: the direct path must not count on quote marks alone
@@ -226,6 +229,13 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2, "throughput": {}}',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2}] x',
         b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(51)) + b"]",
+        # One object, validated as a list of one: the brackets must not make two objects one body.
+        _ITEM[1:],
+        _ITEM[1:] + b"," + _ITEM[1:],
+        _ITEM[1:] + b"]",
+        _ITEM[1:] + b"],[" + _ITEM[1:],
+        b'{"step": 1, "step": 2, "throughput": {"tokens_per_second": 1.0}}',
+        b"{}",
     ],
 )
 @pytest.mark.parametrize("piece_bytes", [None, 1])
@@ -244,6 +254,12 @@ def test_a_list_cut_into_pieces_takes_the_direct_path_whole() -> None:
         direct = measurement_request._parsed_directly(body, MAX_ITEMS)
     assert direct is not None and [item["step"] for item in direct] == list(range(50))
     assert direct == _strict(body)
+
+
+def test_one_object_takes_the_direct_path() -> None:
+    with mock.patch.object(json_body, "loads", side_effect=AssertionError("the strict decoder ran")):
+        (item,) = measurement_request.parse_measurements(_ITEM[1:], max_items=MAX_ITEMS)
+    assert [item] == _strict(_ITEM[1:])
 
 
 def test_a_plain_list_takes_the_direct_path_and_a_repeated_key_does_not() -> None:

@@ -468,6 +468,27 @@ def test_an_mfu_above_one_refuses_the_whole_request_with_the_likely_cause(store_
     assert listed["items"] == []
 
 
+def test_later_requests_of_a_run_are_judged_and_computed_item_by_item(store_client: StoreClient) -> None:
+    # Ingest keeps a run's per-(token/s) factors once a request has computed them: a later request's
+    # first item is still refused with the domain's explanation, and other forms get their own MFU.
+    run = store_client.create_run()
+    store_client.add(run["id"], measurement(1, 400_000.0))
+    for step, tokens_per_second, words in ((2, 2_000_000.0, "above 1"), (3, 1e-3, "below")):
+        response = store_client.client.post(
+            f"/v1/runs/{run['id']}/measurements",
+            json=[measurement(step, tokens_per_second), measurement(step + 10)],
+            headers=store_client.writer,
+        )
+        assert response.status_code == 422, response.text
+        assert response.json()["type"] == "/problems/implausible-result"
+        assert problem_fields(response) == ["body[0].throughput"]
+        assert words in response.json()["detail"]
+    per_device = {"step": 4, "throughput": {"tokens_per_second_per_device": 6_000.0}}
+    added = store_client.add(run["id"], per_device)
+    assert added["summary"]["latest_mfu"] == pytest.approx(expected_mfu(6_000.0 * DEVICES))
+    assert added["summary"]["measurement_count"] == 2
+
+
 @pytest.mark.parametrize(
     "throughput",
     [
