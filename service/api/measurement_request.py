@@ -50,10 +50,10 @@ def _direct_adapter(max_items: int) -> TypeAdapter[Any]:
     return TypeAdapter(Annotated[list[MeasurementFields], Field(min_length=1, max_length=max_items)])
 
 
-#: Bytes of a list body validated per pydantic call. One call holds the GIL throughout (~20 ms for
-#: 10,000 items), and the ingest writer, back from SQLite, waits for it: with 16 KiB pieces (~0.3 ms)
-#: the writer's commits of bulk requests took half the wall time, and the pieces alone validate no
-#: slower than the whole (benchmarks/results).
+#: Bytes of a list body validated per pydantic call. One call holds the GIL throughout (a 10,000-item
+#: body: tens of milliseconds), and the ingest writer, back from the database, cannot go on until it
+#: ends; a piece of 16 KiB lasts a fraction of a millisecond, and pieces validate no slower than the
+#: whole.
 PIECE_BYTES = 16 * 1024
 
 

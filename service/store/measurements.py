@@ -156,11 +156,11 @@ def insert_measurements(
 
 def _sqlite_columns_with_values(flat: list[Any]) -> tuple[tuple[str, ...], list[Any]]:
     """Of rows given as their values one after the other, the columns that hold a value in at least
-    one row, and the rows' values of those columns, row after row. A column that is NULL in every row is left out of the INSERT (it
-    defaults to NULL): the sqlite3 module binds None only after looking for an adapter for it (two
-    failed attribute lookups per value), which made a typical row, most of whose optional fields are
-    absent, cost about twice what its values do (benchmarks/results). Columns are sliced out of the
-    flat list in C rather than read row by row."""
+    one row, and the rows' values of those columns, row after row. A column that is NULL in every
+    row is left out of the INSERT (it defaults to NULL): the sqlite3 module binds None only after
+    looking for an adapter for it (two failed attribute lookups per value), which makes a typical
+    row, most of whose optional fields are absent, cost about twice what its values do. Columns are
+    sliced out of the flat list in C rather than read row by row."""
     width = len(MEASUREMENT_COLUMNS)
     row_count = len(flat) // width
     by_column = [flat[index::width] for index in range(width)]
