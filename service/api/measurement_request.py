@@ -17,6 +17,7 @@ Bodies over ``INLINE_BODY_BYTES`` are parsed, and their rows computed, in the th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache
@@ -57,20 +58,27 @@ def _direct_adapter(max_items: int) -> TypeAdapter[Any]:
 PIECE_BYTES = 16 * 1024
 
 
+#: Between two items of a list: where a body is cut into pieces (compact or not, as encoders write it).
+#: JSON's own whitespace only (not regex's \s, which has \v and \f): what a cut removes must be what
+#: a list may hold between two items.
+_BETWEEN_ITEMS = re.compile(rb"\},[ \t\n\r]*\{")
+
+
 def _pieces(body: bytes) -> Iterator[bytes]:
-    """A list body as lists of its items, cut at ``},{`` past every PIECE_BYTES. Where each piece is a
-    valid JSON list the body is too, and its items are the pieces' in order: a piece without its
-    brackets is a comma-separated sequence of values, and the body is those sequences joined by the
-    commas the cuts removed. A cut anywhere else (inside a string or an item) leaves a piece that is
-    not valid JSON, and the strict decoder decides."""
+    """A list body as lists of its items, cut between a ``}`` and the next ``{`` (a comma and any
+    whitespace between them) past every PIECE_BYTES. Where each piece is a valid JSON list the body is
+    too, and its items are the pieces' in order: a piece without its brackets is a comma-separated
+    sequence of values, and the body is those sequences joined by the commas the cuts removed. A cut
+    anywhere else (inside a string or an item) leaves a piece that is not valid JSON, and the strict
+    decoder decides."""
     start = body.index(b"[") + 1
     while True:
-        cut = body.find(b"},{", start + PIECE_BYTES)
-        if cut < 0:
+        between = _BETWEEN_ITEMS.search(body, start + PIECE_BYTES)
+        if between is None:
             yield b"[" + body[start:]
             return
-        yield b"[" + body[start : cut + 1] + b"]"
-        start = cut + 2
+        yield b"[" + body[start : between.start() + 1] + b"]"
+        start = between.end() - 1
 
 
 #: UtcDatetime's parsing without its checks (done on the list by _parsed_directly).

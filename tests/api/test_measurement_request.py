@@ -228,6 +228,9 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}}},{"step": 2}]',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2, "throughput": {}}',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2}] x',
+        _ITEM + b",\x0b" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",  # not JSON whitespace
+        _ITEM + b",\x0c" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
+        _ITEM + b", \t\r\n" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
         b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(51)) + b"]",
         # One object, validated as a list of one: the brackets must not make two objects one body.
         _ITEM[1:],
@@ -246,11 +249,12 @@ def test_bodies_only_the_strict_decoder_can_judge_get_its_answer(
         _assert_same_answer(body)
 
 
-def test_a_list_cut_into_pieces_takes_the_direct_path_whole() -> None:
-    body = (
-        b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(50)) + b"]"
-    )
+@pytest.mark.parametrize("separator", [b",", b", ", b",\n  "])
+def test_a_list_cut_into_pieces_takes_the_direct_path_whole(separator: bytes) -> None:
+    items = [_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(50)]
+    body = b"[" + separator.join(items) + b"]"
     with _pieces_of(1):
+        assert len(list(measurement_request._pieces(body))) == 50  # cut between every two items
         direct = measurement_request._parsed_directly(body, MAX_ITEMS)
     assert direct is not None and [item["step"] for item in direct] == list(range(50))
     assert direct == _strict(body)
