@@ -71,7 +71,11 @@ def _pieces(body: bytes) -> Iterator[bytes]:
     sequence of values, and the body is those sequences joined by the commas the cuts removed. A cut
     anywhere else (inside a string or an item) leaves a piece that is not valid JSON, and the strict
     decoder decides."""
-    start = body.index(b"[") + 1
+    opening = len(body) - len(body.lstrip(b" \t\n\r"))  # JSON's whitespace, as for the cuts
+    if body[opening : opening + 1] != b"[":  # not a list after all: whole, for the parser to refuse
+        yield body
+        return
+    start = opening + 1
     while True:
         between = _BETWEEN_ITEMS.search(body, start + PIECE_BYTES)
         if between is None:

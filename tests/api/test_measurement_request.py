@@ -228,7 +228,11 @@ def test_the_direct_path_answers_as_the_strict_decoder_does(
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}}},{"step": 2}]',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2, "throughput": {}}',
         b'[{"step": 1, "throughput": {"tokens_per_second": 1.0}},{"step": 2}] x',
-        _ITEM + b",\x0b" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",  # not JSON whitespace
+        b"\x0b"
+        + _ITEM
+        + b"]",  # \v and \f are not JSON whitespace, before a list or an object or between items
+        b"\x0c " + _ITEM[1:],
+        _ITEM + b",\x0b" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
         _ITEM + b",\x0c" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
         _ITEM + b", \t\r\n" + _ITEM[1:].replace(b'"step": 1', b'"step": 2') + b"]",
         b"[" + b",".join(_ITEM[1:].replace(b'"step": 1', f'"step": {n}'.encode()) for n in range(51)) + b"]",
