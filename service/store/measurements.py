@@ -145,8 +145,8 @@ def insert_measurements(
     columns, values = _sqlite_columns_with_values(parameters.values)
     driver = connection.connection.driver_connection
     assert isinstance(driver, sqlite3.Connection)
-    rows_per_insert = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns))
     width = len(columns)
+    rows_per_insert = max(1, driver.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width)
     for start in range(0, len(parameters), rows_per_insert):
         row_count = min(rows_per_insert, len(parameters) - start)
         connection.exec_driver_sql(

@@ -107,9 +107,6 @@ def measurement_values(
     device_count = run.device_count
     seq_len = run.seq_len_tokens
 
-    def full(throughput: mfu.Throughput) -> mfu.MfuResult:
-        return _full_mfu(run, accelerator, throughput)
-
     if factors is None:
         factors = rate_factors(run, items, accelerator=accelerator)
     # Each item's global tokens/s from the domain's scale of its form (and batch): one per distinct
@@ -142,7 +139,10 @@ def measurement_values(
         scale, inverse = scaled
         rate = scale / value if inverse else value * scale
         if not factors.plausible(rate):  # the domain explains why (likely causes, corrected values)
-            with_field_prefix(f"body[{index}]", partial(full, mfu.throughput_from_fields(throughput)[2]))
+            with_field_prefix(
+                f"body[{index}]",
+                partial(_full_mfu, run, accelerator, mfu.throughput_from_fields(throughput)[2]),
+            )
         get = item.get
         values.append(
             (

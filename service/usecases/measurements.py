@@ -104,9 +104,8 @@ class _RunInBatch:
     run: records_store.RunRecord  # as locked at the start of the batch
     steps: set[int] = field(default_factory=set)  # steps stored by earlier jobs of the batch
     fresh: list[tuple[Any, ...]] = field(default_factory=list)  # value tuples
-    parameters: list[measurements_store.MeasurementParameters] = field(
-        default_factory=list
-    )  # of the fresh rows
+    # Of the fresh rows, a part per job.
+    parameters: list[measurements_store.MeasurementParameters] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
